@@ -1,0 +1,28 @@
+# The two commands of the README: `make run` and `make test`. Both set themselves up on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Never put the working directory (the repo root, whose operator/ would shadow the stdlib) on sys.path.
+export PYTHONSAFEPATH := 1
+export HF_HUB_OFFLINE := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup run test lint
+
+setup: $(VENV)/.installed
+
+# pip's cache serves torch (a CUDA build of several GB from PyPI) on repeat runs.
+$(VENV)/.installed: pyproject.toml setup.py
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[engine,test,plot]"
+	touch $@
+
+run: setup
+	$(BIN)/floodway generate "Once upon a time"
+
+lint: setup
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/pytest

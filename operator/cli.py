@@ -1,0 +1,27 @@
+"""The `floodway` command line. Each area registers its own subcommands; imports stay lazy so that
+`floodway --help` is fast and the control-plane image never imports torch."""
+
+import importlib
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Floodway: self-hosted LLM inference on Kubernetes that keeps its SLOs through spikes.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print ratios against baselines run side by side.")
+app.add_typer(bench_app, name="bench")
+
+# Each module exposes register(app, bench_app) and adds its commands; keep torch imports inside commands.
+COMMAND_MODULES = [
+    "floodway.engine.cli",
+]
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app, bench_app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
