@@ -1,0 +1,85 @@
+"""Child processes that serve HTTP: start, wait until ready (poll with a deadline), stop by PID.
+
+The local runner (`floodway up`) and the integration tests both start engines and gateways this way.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+FLOODWAY_ARGV = [sys.executable, "-P", "-m", "floodway.operator.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen
+    port: int
+    log_path: str | None = None
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, chars: int = 4000) -> str:
+        if not self.log_path or not os.path.exists(self.log_path):
+            return ""
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-chars:]
+
+    def stop(self, grace_s: float = 15.0) -> int:
+        """SIGTERM (the process drains), then SIGKILL after the grace period. Returns the exit code."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                return self.popen.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+        return self.popen.wait()
+
+    def kill(self) -> None:
+        if self.alive():
+            self.popen.kill()
+        self.popen.wait()
+
+
+def start(argv: list[str], port: int, ready_path: str = "/ready", timeout_s: float = 180.0,
+          env: dict | None = None, log_path: str | None = None) -> Proc:
+    """Starts argv and returns once GET ready_path answers 200; raises with the log tail otherwise."""
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                             start_new_session=True)
+    if log_path:
+        log.close()
+    proc = Proc(popen, port, log_path, argv)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"{argv} exited with {popen.returncode}\n{proc.log_tail()}")
+        try:
+            if httpx.get(proc.url + ready_path, timeout=1.0).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)  # poll interval, not synchronisation: the deadline bounds the wait
+    proc.kill()
+    raise RuntimeError(f"{argv} not ready on {proc.url}{ready_path} within {timeout_s}s\n{proc.log_tail()}")
