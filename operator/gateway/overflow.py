@@ -1,0 +1,234 @@
+"""The overflow rule, the overflow budget and the circuit breaker: pure functions of plain data.
+
+The gateway and the autoscaler's simulator call the same functions. Nothing here reads a clock: `now` is
+passed in (seconds, any monotonic origin), and every state is a frozen dataclass returned anew.
+
+Inputs of `overflow_decision(pool, policy, request, now)`:
+- `pool` (PoolState): what the gateway knows of the local pool right now: `ready` (ready local replicas
+  the request may still go to; the proxy leaves out replicas that already failed this request),
+  `waiting` (requests queued on those replicas: scraped `vllm:num_requests_waiting`, refreshed with the
+  gateway's own dispatch counts since the scrape), `predicted_ttft_s` (None when unknown), `held`
+  (requests already held in the gateway's queue, not counting this one), and the overflow `budget` and
+  `breaker` states.
+- `policy` (OverflowPolicy): the service's overflow settings (thresholds, SLO, budget limits, hold queue).
+- `request` (RequestInfo): estimated tokens, arrival time, the opt-out header, whether it is already held,
+  and whether a local replica or the overflow API already failed it before its first byte.
+
+Rule, in order: a trigger fires when there is no ready replica, when waiting per ready replica reaches
+`max_waiting_per_replica`, or when the predicted TTFT exceeds `predicted_ttft_factor` x the TTFT SLO.
+No trigger: local. Trigger and overflow allowed (enabled, no opt-out, breaker closed or probing, budget
+left, the API has not failed this request): overflow. Opt-out, overflow disabled, or the API failed this
+request: local when a replica is ready (the engines queue it, and answer 429 themselves when full).
+Breaker open or budget spent (the pool is short and overflow would help later): the request waits in the
+gateway's bounded hold queue, re-evaluated until `hold_timeout_s` after arrival; a full queue or a passed
+deadline rejects it (429 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Target = Literal["local", "overflow", "hold", "reject"]
+
+
+@dataclass(frozen=True)
+class BudgetLimits:
+    """Overflow budget per minute; None means unlimited."""
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """Two token buckets (requests, tokens), each refilling its per-minute limit evenly over 60 s and
+    holding at most one minute's worth. Levels are None until the first `budget_refill` (then full)."""
+
+    requests: float | None = None
+    tokens: float | None = None
+    at: float | None = None
+
+
+def _refilled(level: float | None, limit: float | None, elapsed: float) -> float | None:
+    if limit is None:
+        return None
+    if level is None:
+        return float(limit)
+    return min(float(limit), level + limit * elapsed / 60.0)
+
+
+def budget_refill(state: BudgetState, limits: BudgetLimits, now: float) -> BudgetState:
+    elapsed = 0.0 if state.at is None else max(0.0, now - state.at)
+    return BudgetState(_refilled(state.requests, limits.requests_per_minute, elapsed),
+                       _refilled(state.tokens, limits.tokens_per_minute, elapsed), now)
+
+
+def _cost(tokens: int, limits: BudgetLimits) -> float:
+    # A request larger than a whole minute's token budget costs the whole bucket instead of never fitting.
+    return float(tokens) if limits.tokens_per_minute is None else min(float(tokens), limits.tokens_per_minute)
+
+
+def budget_wait_s(state: BudgetState, limits: BudgetLimits, tokens: int, now: float) -> float:
+    """Seconds until the budget can pay for one request of `tokens` (0.0: it can now)."""
+    state = budget_refill(state, limits, now)
+    wait = 0.0
+    for level, limit, cost in ((state.requests, limits.requests_per_minute, 1.0),
+                               (state.tokens, limits.tokens_per_minute, _cost(tokens, limits))):
+        if limit is not None and level < cost:
+            wait = max(wait, math.inf if limit <= 0 else (cost - level) * 60.0 / limit)
+    return wait
+
+
+def budget_take(state: BudgetState, limits: BudgetLimits, tokens: int, now: float) -> BudgetState:
+    """Pays for one overflow request (call after a decision to overflow)."""
+    state = budget_refill(state, limits, now)
+    return BudgetState(None if state.requests is None else state.requests - 1.0,
+                       None if state.tokens is None else state.tokens - _cost(tokens, limits), now)
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    failure_threshold: int = 3  # consecutive failures that open the breaker
+    cooldown_s: float = 10.0  # open this long, then one probe request is let through
+
+
+@dataclass(frozen=True)
+class BreakerState:
+    consecutive_failures: int = 0
+    opened_at: float | None = None
+    probing: bool = False  # a probe request is in flight (half-open)
+
+
+def breaker_allows(state: BreakerState, policy: BreakerPolicy, now: float) -> bool:
+    if state.opened_at is None:
+        return True
+    return not state.probing and now - state.opened_at >= policy.cooldown_s
+
+
+def breaker_on_send(state: BreakerState, policy: BreakerPolicy, now: float) -> BreakerState:
+    """Call when a request is sent to the overflow API: after the cooldown it becomes the one probe."""
+    if state.opened_at is not None and not state.probing and now - state.opened_at >= policy.cooldown_s:
+        return replace(state, probing=True)
+    return state
+
+
+def breaker_on_result(state: BreakerState, policy: BreakerPolicy, ok: bool, now: float) -> BreakerState:
+    """Call with the outcome of an overflow request (ok: it got a first byte without an error status)."""
+    if ok:
+        return BreakerState()
+    failures = state.consecutive_failures + 1
+    if state.probing or failures >= policy.failure_threshold:
+        return BreakerState(failures, now, False)
+    return BreakerState(failures, state.opened_at, state.probing)
+
+
+def breaker_retry_after_s(state: BreakerState, policy: BreakerPolicy, now: float) -> float:
+    if state.opened_at is None:
+        return 0.0
+    return max(0.0, state.opened_at + policy.cooldown_s - now)
+
+
+@dataclass(frozen=True)
+class OverflowPolicy:
+    enabled: bool = False
+    max_waiting_per_replica: float = 4.0
+    ttft_slo_s: float | None = None
+    predicted_ttft_factor: float = 1.0
+    budget: BudgetLimits = field(default_factory=BudgetLimits)
+    hold_queue_size: int = 64
+    hold_timeout_s: float = 10.0
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+
+
+@dataclass(frozen=True)
+class PoolState:
+    ready: int
+    waiting: float = 0.0
+    predicted_ttft_s: float | None = None
+    held: int = 0
+    budget: BudgetState = field(default_factory=BudgetState)
+    breaker: BreakerState = field(default_factory=BreakerState)
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    tokens: int  # estimated prompt + completion tokens, what the token budget is charged
+    arrived_at: float
+    opt_out: bool = False
+    held: bool = False
+    local_failed: bool = False
+    overflow_failed: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    target: Target
+    reason: str
+    retry_after_s: float | None = None  # set for "reject": when a retry may succeed
+
+
+def overflow_trigger(pool: PoolState, policy: OverflowPolicy, request: RequestInfo) -> str | None:
+    """The reason local capacity is short for this request, or None."""
+    if pool.ready <= 0:
+        return "local_error" if request.local_failed else "no_ready_backend"
+    if pool.waiting / pool.ready >= policy.max_waiting_per_replica:
+        return "queue_depth"
+    if (policy.ttft_slo_s is not None and pool.predicted_ttft_s is not None
+            and pool.predicted_ttft_s > policy.ttft_slo_s * policy.predicted_ttft_factor):
+        return "predicted_ttft"
+    return None
+
+
+def _blocked_reason(pool: PoolState, policy: OverflowPolicy, request: RequestInfo, now: float) -> str | None:
+    """Why this request may not overflow now, or None when it may."""
+    if request.opt_out:
+        return "opt_out"
+    if not policy.enabled:
+        return "overflow_disabled"
+    if request.overflow_failed:
+        return "overflow_failed"
+    if not breaker_allows(pool.breaker, policy.breaker, now):
+        return "breaker_open"
+    if budget_wait_s(pool.budget, policy.budget, request.tokens, now) > 0.0:
+        return "budget_exhausted"
+    return None
+
+
+def _retry_after_s(pool: PoolState, policy: OverflowPolicy, request: RequestInfo, blocked: str, now: float) -> float:
+    if blocked == "budget_exhausted":
+        wait = budget_wait_s(pool.budget, policy.budget, request.tokens, now)
+    elif blocked == "breaker_open":
+        wait = breaker_retry_after_s(pool.breaker, policy.breaker, now)
+    else:
+        wait = 0.0
+    return max(1.0, math.ceil(min(wait, 3600.0)))
+
+
+def overflow_decision(pool: PoolState, policy: OverflowPolicy, request: RequestInfo, now: float) -> Decision:
+    """Where this request goes now: "local", "overflow", "hold" (wait in the gateway, ask again) or "reject"."""
+    trigger = overflow_trigger(pool, policy, request)
+    if trigger is None:
+        return Decision("local", "held_then_local" if request.held else "local")
+    blocked = _blocked_reason(pool, policy, request, now)
+    if blocked is None:
+        return Decision("overflow", trigger)
+    if blocked in ("opt_out", "overflow_disabled", "overflow_failed") and pool.ready > 0:
+        return Decision("local", blocked)
+    retry_after = _retry_after_s(pool, policy, request, blocked, now)
+    if now - request.arrived_at >= policy.hold_timeout_s:
+        return Decision("reject", f"hold_timeout:{blocked}", retry_after)
+    if not request.held and pool.held >= policy.hold_queue_size:
+        return Decision("reject", f"hold_queue_full:{blocked}", retry_after)
+    return Decision("hold", blocked)
+
+
+def predict_ttft_s(waiting_per_ready: float, running_per_ready: float, mean_e2e_s: float | None,
+                   base_ttft_s: float) -> float | None:
+    """TTFT of a request sent now: its own prefill time plus the wait for the queue ahead of it to start.
+    Queued requests start as running ones finish, so a replica drains `running / mean e2e latency`
+    requests per second (Little's law); None until a latency has been observed."""
+    if mean_e2e_s is None or mean_e2e_s <= 0:
+        return None
+    return base_ttft_s + waiting_per_ready * mean_e2e_s / max(running_per_ready, 1.0)

@@ -1,0 +1,125 @@
+import math
+
+import pytest
+from floodway.operator.gateway.overflow import (
+    BreakerPolicy,
+    BreakerState,
+    BudgetLimits,
+    BudgetState,
+    OverflowPolicy,
+    PoolState,
+    RequestInfo,
+    breaker_allows,
+    breaker_on_result,
+    breaker_on_send,
+    budget_take,
+    budget_wait_s,
+    overflow_decision,
+    predict_ttft_s,
+)
+
+pytestmark = pytest.mark.unit
+
+POLICY = OverflowPolicy(enabled=True, max_waiting_per_replica=4, ttft_slo_s=0.5,
+                        budget=BudgetLimits(requests_per_minute=60, tokens_per_minute=6000),
+                        hold_queue_size=2, hold_timeout_s=5.0)
+REQ = RequestInfo(tokens=100, arrived_at=0.0)
+
+
+def decide(pool=None, policy=POLICY, request=REQ, now=0.0):
+    return overflow_decision(pool or PoolState(ready=2), policy, request, now)
+
+
+def test_local_below_threshold():
+    assert decide(PoolState(ready=2, waiting=7)).target == "local"
+
+
+def test_queue_depth_triggers_overflow_at_threshold():
+    d = decide(PoolState(ready=2, waiting=8))
+    assert (d.target, d.reason) == ("overflow", "queue_depth")
+
+
+def test_no_ready_backend_and_local_error():
+    assert decide(PoolState(ready=0)).reason == "no_ready_backend"
+    d = decide(PoolState(ready=0), request=RequestInfo(tokens=1, arrived_at=0.0, local_failed=True))
+    assert (d.target, d.reason) == ("overflow", "local_error")
+
+
+def test_predicted_ttft_over_slo_times_factor():
+    assert decide(PoolState(ready=1, predicted_ttft_s=0.6)).reason == "predicted_ttft"
+    relaxed = OverflowPolicy(enabled=True, ttft_slo_s=0.5, predicted_ttft_factor=2.0)
+    assert decide(PoolState(ready=1, predicted_ttft_s=0.6), policy=relaxed).target == "local"
+    assert decide(PoolState(ready=1, predicted_ttft_s=None)).target == "local"
+
+
+@pytest.mark.parametrize("blocked", ["opt_out", "overflow_disabled", "overflow_failed"])
+def test_blocked_overflow_stays_local_when_a_replica_is_ready(blocked):
+    policy = OverflowPolicy(enabled=blocked != "overflow_disabled")
+    req = RequestInfo(tokens=1, arrived_at=0.0, opt_out=blocked == "opt_out",
+                      overflow_failed=blocked == "overflow_failed")
+    d = decide(PoolState(ready=1, waiting=100), policy=policy, request=req)
+    assert (d.target, d.reason) == ("local", blocked)
+    assert decide(PoolState(ready=0), policy=policy, request=req).target == "hold"
+
+
+def test_budget_exhausted_holds_then_rejects_with_retry_after():
+    spent = BudgetState(requests=0.0, tokens=6000.0, at=0.0)
+    pool = PoolState(ready=1, waiting=10, budget=spent)
+    assert decide(pool) == overflow_decision(pool, POLICY, REQ, 0.0)
+    assert (decide(pool).target, decide(pool).reason) == ("hold", "budget_exhausted")
+    full = decide(PoolState(ready=1, waiting=10, budget=spent, held=2))
+    assert full.target == "reject" and full.reason == "hold_queue_full:budget_exhausted"
+    assert full.retry_after_s == 1.0  # one request refills in 1 s at 60/min
+    late = decide(pool, request=RequestInfo(tokens=100, arrived_at=0.0, held=True), now=0.5)
+    assert late.target == "hold"
+    timeout = decide(pool, request=RequestInfo(tokens=100, arrived_at=0.0, held=True), now=5.0)
+    assert timeout.target == "overflow"  # refilled by then
+    pool_later = PoolState(ready=1, waiting=10, budget=BudgetState(requests=0.0, tokens=6000.0, at=5.0))
+    timeout = decide(pool_later, request=RequestInfo(tokens=100, arrived_at=0.0, held=True), now=5.0)
+    assert timeout.target == "reject" and timeout.reason.startswith("hold_timeout")
+
+
+def test_held_request_goes_local_when_queue_drains():
+    d = decide(PoolState(ready=1, waiting=0), request=RequestInfo(tokens=1, arrived_at=0.0, held=True))
+    assert d.target == "local"
+
+
+def test_budget_buckets_refill_and_cap():
+    limits = BudgetLimits(requests_per_minute=2, tokens_per_minute=100)
+    s = BudgetState()
+    assert budget_wait_s(s, limits, 50, 0.0) == 0.0
+    s = budget_take(s, limits, 50, 0.0)
+    s = budget_take(s, limits, 50, 0.0)
+    assert budget_wait_s(s, limits, 50, 0.0) == pytest.approx(30.0)  # 2/min: one request per 30 s
+    assert budget_wait_s(s, limits, 50, 30.0) == pytest.approx(0.0)
+    # A request bigger than a minute's tokens costs the whole bucket instead of never fitting.
+    assert budget_wait_s(BudgetState(), limits, 10_000, 0.0) == 0.0
+    assert budget_wait_s(BudgetState(), BudgetLimits(requests_per_minute=0), 1, 0.0) == math.inf
+    assert budget_wait_s(BudgetState(), BudgetLimits(), 10**9, 0.0) == 0.0  # unlimited
+
+
+def test_breaker_opens_probes_and_closes():
+    p = BreakerPolicy(failure_threshold=2, cooldown_s=10)
+    s = BreakerState()
+    s = breaker_on_result(s, p, ok=False, now=0.0)
+    assert breaker_allows(s, p, 0.0)
+    s = breaker_on_result(s, p, ok=False, now=1.0)
+    assert not breaker_allows(s, p, 1.0) and not breaker_allows(s, p, 10.9)
+    assert breaker_allows(s, p, 11.0)
+    s = breaker_on_send(s, p, 11.0)
+    assert s.probing and not breaker_allows(s, p, 11.0)  # one probe at a time
+    reopened = breaker_on_result(s, p, ok=False, now=12.0)
+    assert reopened.opened_at == 12.0 and not breaker_allows(reopened, p, 21.0)
+    assert breaker_on_result(s, p, ok=True, now=12.0) == BreakerState()
+
+
+def test_breaker_open_holds_with_retry_after():
+    pool = PoolState(ready=0, breaker=BreakerState(3, opened_at=0.0), held=2)
+    d = decide(pool, now=1.0)
+    assert d.target == "reject" and d.reason == "hold_queue_full:breaker_open" and d.retry_after_s == 9.0
+
+
+def test_predict_ttft():
+    assert predict_ttft_s(4, 2, 1.0, 0.1) == pytest.approx(2.1)
+    assert predict_ttft_s(4, 0, 1.0, 0.1) == pytest.approx(4.1)
+    assert predict_ttft_s(4, 2, None, 0.1) is None
