@@ -1,0 +1,160 @@
+"""The gateway's configuration: one YAML file (the operator renders the same shape into a ConfigMap, and
+`floodway up` writes it to a file). Unknown keys are errors, so a typo never silently means a default.
+
+Example:
+
+    port: 8000
+    served_models: [chat]
+    backends:
+      static: [http://127.0.0.1:8001, http://127.0.0.1:8002]      # or:
+      # kubernetes: {namespace: default, service: chat-engine, port: http}
+    scrape_interval_s: 0.5
+    slo: {ttft_ms: 500, tpot_ms: 50}
+    overflow:
+      enabled: true
+      base_url: https://api.example.com/v1
+      model: small-model
+      api_key_env: OVERFLOW_API_KEY        # or api_key_file: /var/run/secrets/overflow/api-key
+      max_waiting_per_replica: 4
+      max_requests_per_minute: 600
+    opt_out_header: x-floodway-no-overflow
+    auth: {tokens_file: /var/run/secrets/gateway/tokens}
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from floodway.operator.gateway.overflow import BreakerPolicy, BudgetLimits, OverflowPolicy
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KubernetesSource(_Strict):
+    """Backends are the ready endpoints of the engine Service, read from its EndpointSlices."""
+
+    namespace: str = Field(min_length=1)
+    service: str = Field(min_length=1)
+    port: int | str | None = Field(None, description="Port number or name in the slices; default: the first.")
+    refresh_s: float = Field(2.0, gt=0)
+
+
+class Backends(_Strict):
+    static: list[str] = Field(default_factory=list, description="Engine base URLs, e.g. http://10.0.0.5:8000")
+    kubernetes: KubernetesSource | None = None
+
+    @field_validator("static")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"backend URL must start with http:// or https://, got {url!r}")
+        if len(set(urls)) != len(urls):
+            raise ValueError("backend URLs must be distinct")
+        return [u.rstrip("/") for u in urls]
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Backends:
+        if self.static and self.kubernetes:
+            raise ValueError("give either backends.static or backends.kubernetes, not both")
+        return self
+
+
+class Routing(_Strict):
+    seed: int | None = Field(None, description="Seed of the power-of-two-choices sampler (None: random).")
+    waiting_weight: float = Field(1.0, ge=0, description="Extra score per queued request on a backend.")
+    kv_weight: float = Field(4.0, ge=0, description="Score added at 100% KV cache usage.")
+
+
+class Slo(_Strict):
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+
+
+class Breaker(_Strict):
+    failure_threshold: int = Field(3, ge=1)
+    cooldown_s: float = Field(10.0, gt=0)
+
+
+class Overflow(_Strict):
+    enabled: bool = False
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL, including /v1.")
+    model: str | None = Field(None, description="Model name sent to the overflow API (default: the client's).")
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    max_waiting_per_replica: float = Field(4.0, gt=0)
+    predicted_ttft_factor: float = Field(1.0, gt=0)
+    max_requests_per_minute: float | None = Field(None, ge=0)
+    max_tokens_per_minute: float | None = Field(None, ge=0)
+    hold_queue_size: int = Field(64, ge=0)
+    hold_timeout_s: float = Field(10.0, ge=0)
+    connect_timeout_s: float = Field(2.0, gt=0)
+    first_byte_timeout_s: float = Field(30.0, gt=0, description="A slower first byte counts as a failure.")
+    breaker: Breaker = Field(default_factory=Breaker)
+
+    @model_validator(mode="after")
+    def _complete(self) -> Overflow:
+        if self.enabled and not self.base_url:
+            raise ValueError("overflow.enabled needs overflow.base_url")
+        if self.base_url and not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"overflow.base_url must start with http:// or https://, got {self.base_url!r}")
+        if self.api_key_env and self.api_key_file:
+            raise ValueError("give either overflow.api_key_env or overflow.api_key_file, not both")
+        return self
+
+
+class Auth(_Strict):
+    tokens_file: str | None = Field(None, description="Accepted client bearer tokens, one per line.")
+
+
+class GatewayConfig(_Strict):
+    host: str = "0.0.0.0"
+    port: int = Field(8000, ge=0, le=65535)
+    served_models: list[str] = Field(default_factory=list, description="Names /v1/models lists (default: "
+                                     "the backends'); requests naming another model get 404.")
+    backends: Backends = Field(default_factory=Backends)
+    routing: Routing = Field(default_factory=Routing)
+    scrape_interval_s: float = Field(0.5, gt=0, description="How often each engine's /ready and /metrics are read.")
+    connect_timeout_s: float = Field(2.0, gt=0)
+    request_timeout_s: float = Field(600.0, gt=0, description="Deadline for a local backend's first byte.")
+    slo: Slo = Field(default_factory=Slo)
+    overflow: Overflow = Field(default_factory=Overflow)
+    opt_out_header: str = "x-floodway-no-overflow"
+    auth: Auth = Field(default_factory=Auth)
+
+    @model_validator(mode="after")
+    def _somewhere_to_send(self) -> GatewayConfig:
+        if not self.backends.static and not self.backends.kubernetes and not self.overflow.enabled:
+            raise ValueError("no backends: give backends.static, backends.kubernetes or enable overflow")
+        return self
+
+    def overflow_policy(self) -> OverflowPolicy:
+        o = self.overflow
+        return OverflowPolicy(
+            enabled=o.enabled, max_waiting_per_replica=o.max_waiting_per_replica,
+            ttft_slo_s=None if self.slo.ttft_ms is None else self.slo.ttft_ms / 1000.0,
+            predicted_ttft_factor=o.predicted_ttft_factor,
+            budget=BudgetLimits(o.max_requests_per_minute, o.max_tokens_per_minute),
+            hold_queue_size=o.hold_queue_size, hold_timeout_s=o.hold_timeout_s,
+            breaker=BreakerPolicy(o.breaker.failure_threshold, o.breaker.cooldown_s))
+
+
+def load_config(path: str | os.PathLike) -> GatewayConfig:
+    """Reads and validates a YAML file; raises ValueError naming the file and the bad field."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read gateway config {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"gateway config {path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"gateway config {path} must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(f"invalid gateway config {path}:\n{e}") from None
