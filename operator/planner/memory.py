@@ -1,0 +1,111 @@
+"""Memory arithmetic: weights by precision, KV cache bytes per token and per sequence (GQA-aware), the KV
+pool left on the GPUs, and how many sequences it holds. Pure functions of numbers and a ModelShape."""
+
+import math
+from dataclasses import dataclass
+
+from floodway.operator.planner.gpus import GpuSpec
+from floodway.operator.planner.model_shape import ModelShape
+from floodway.operator.planner.units import GIB, PlanError
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
+                  "bf16": "bfloat16", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+# Weight-only quantization methods and the precision their weights take.
+QUANTIZATIONS = {"none": None, "fp8": "fp8", "int8": "int8", "int4": "int4", "awq": "int4", "gptq": "int4"}
+DEFAULT_OVERHEAD_BYTES = GIB  # per GPU: CUDA context, activations, allocator slack (an estimate; --overhead-gib)
+
+
+def canonical_dtype(dtype: str) -> str:
+    name = _DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
+    if name not in DTYPE_BYTES:
+        raise PlanError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(DTYPE_BYTES)}")
+    return name
+
+
+def compute_dtype(dtype: str, on_gpu: bool) -> str:
+    """The engine's rule for "auto": bfloat16 on a GPU, float32 on CPU."""
+    if dtype == "auto":
+        return "bfloat16" if on_gpu else "float32"
+    return canonical_dtype(dtype)
+
+
+def weight_precision(shape: ModelShape, dtype: str, quantization: str | None) -> str:
+    """--quantization wins; else a quantized checkpoint's own bits; else the compute dtype."""
+    if quantization is not None:
+        if quantization.lower() not in QUANTIZATIONS:
+            raise PlanError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
+        return QUANTIZATIONS[quantization.lower()] or dtype
+    return {4: "int4", 8: "int8"}.get(shape.quantization_bits, dtype)
+
+
+def precisions(shape: ModelShape, dtype: str, quantization: str | None, kv_cache_dtype: str | None) -> tuple[str, str]:
+    """(weight precision, KV cache dtype) when serving on a GPU; the KV cache follows the compute dtype."""
+    act = compute_dtype(dtype, on_gpu=True)
+    kv_dtype = canonical_dtype(kv_cache_dtype) if kv_cache_dtype and kv_cache_dtype != "auto" else act
+    return weight_precision(shape, act, quantization), kv_dtype
+
+
+def weight_bytes(params: int, precision: str) -> int:
+    return math.ceil(params * DTYPE_BYTES[canonical_dtype(precision)])
+
+
+def kv_bytes_per_token(shape: ModelShape, kv_dtype: str) -> int:
+    """K and V, every layer, every KV head: 2 x layers x KV heads x head dim x bytes per element."""
+    return int(2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * DTYPE_BYTES[canonical_dtype(kv_dtype)])
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size)
+
+
+def kv_bytes(shape: ModelShape, kv_dtype: str, tokens: int, batch: int = 1, block_size: int = 1) -> int:
+    """KV cache for `batch` sequences of `tokens` each; a paged cache rounds every sequence up to whole blocks."""
+    return batch * blocks_for(tokens, block_size) * block_size * kv_bytes_per_token(shape, kv_dtype)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    weight_precision: str
+    kv_dtype: str
+    weight_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes_per_sequence: int  # at max_model_len, whole blocks
+    budget_bytes: int  # gpus x memory x gpu_memory_utilization
+    overhead_bytes: int
+    kv_pool_bytes: int  # what is left for the KV cache; negative when the weights alone do not fit
+    kv_pool_tokens: int  # whole blocks
+    kv_needed_bytes: int  # max_num_seqs sequences at max_model_len
+    max_seqs_at_max_model_len: int  # by memory alone
+
+    def max_seqs_at(self, tokens: int, block_size: int) -> int:
+        """Sequences of `tokens` each that the pool holds (whole blocks per sequence)."""
+        per_seq = blocks_for(tokens, block_size) * block_size * self.kv_bytes_per_token
+        return max(0, self.kv_pool_bytes) // per_seq
+
+
+def plan_memory(shape: ModelShape, gpu: GpuSpec, *, gpus: int = 1, dtype: str = "auto",
+                quantization: str | None = None, kv_cache_dtype: str | None = None, max_model_len: int,
+                max_num_seqs: int, gpu_memory_utilization: float = 0.9, block_size: int = 16,
+                overhead_bytes: int = DEFAULT_OVERHEAD_BYTES) -> MemoryPlan:
+    """Weights are sharded over `gpus` (tensor parallel), so the budget is the sum over the GPUs."""
+    for value, what in ((gpus, "gpus"), (max_model_len, "max_model_len"), (max_num_seqs, "max_num_seqs"),
+                        (block_size, "block_size")):
+        if not isinstance(value, int) or value < 1:
+            raise PlanError(f"{what} must be a positive integer, got {value!r}")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise PlanError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if overhead_bytes < 0:
+        raise PlanError(f"overhead must not be negative, got {overhead_bytes}")
+    precision, kv_dtype = precisions(shape, dtype, quantization, kv_cache_dtype)
+    weights = weight_bytes(shape.params, precision)
+    per_token = kv_bytes_per_token(shape, kv_dtype)
+    budget = int(gpus * gpu.memory_bytes * gpu_memory_utilization)
+    pool = budget - weights - gpus * overhead_bytes
+    per_seq = kv_bytes(shape, kv_dtype, max_model_len, 1, block_size)
+    return MemoryPlan(
+        weight_precision=precision, kv_dtype=kv_dtype, weight_bytes=weights, kv_bytes_per_token=per_token,
+        kv_bytes_per_sequence=per_seq, budget_bytes=budget, overhead_bytes=gpus * overhead_bytes,
+        kv_pool_bytes=pool, kv_pool_tokens=max(0, pool) // (block_size * per_token) * block_size,
+        kv_needed_bytes=max_num_seqs * per_seq,
+        max_seqs_at_max_model_len=max(0, pool) // per_seq)

@@ -1,0 +1,153 @@
+"""How fast one replica runs a workload: the bandwidth-bound decode ceiling, the compute-bound prefill, and
+the requests/s a replica sustains within the SLO. From a measured engine profile (`floodway bench engine
+--profile-out`) when one is given, else from the GPU's datasheet bounds (ceilings: real engines reach less)."""
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from floodway.operator.planner.gpus import GpuSpec
+from floodway.operator.planner.memory import MemoryPlan
+from floodway.operator.planner.model_shape import ModelShape, moe_weight_fraction
+from floodway.operator.planner.units import PlanError
+
+
+@dataclass(frozen=True)
+class Profile:
+    model: str
+    prefill_tokens_per_s: float
+    decode_step_s: dict[int, float]  # batch size -> seconds per decode step
+    kv_capacity_tokens: int
+    max_num_seqs: int
+
+
+def parse_profile(data: dict, source: str = "profile") -> Profile:
+    try:
+        steps = {int(b): float(s) for b, s in dict(data["decode_step_s"]).items()}
+        profile = Profile(str(data["model"]), float(data["prefill_tokens_per_s"]), dict(sorted(steps.items())),
+                          int(data["kv_capacity_tokens"]), int(data["max_num_seqs"]))
+    except KeyError as e:
+        raise PlanError(f"{source}: missing field {e.args[0]!r} "
+                        "(written by `floodway bench engine --profile-out`)") from None
+    except (TypeError, ValueError) as e:
+        raise PlanError(f"{source}: malformed field: {e}") from e
+    bad = [b for b, s in steps.items() if b < 1 or s <= 0]
+    if not steps or bad or profile.prefill_tokens_per_s <= 0 or profile.kv_capacity_tokens < 1 \
+            or profile.max_num_seqs < 1:
+        raise PlanError(f"{source}: needs decode_step_s for batch sizes >= 1 with positive times, and positive "
+                        "prefill_tokens_per_s, kv_capacity_tokens and max_num_seqs")
+    return profile
+
+
+def load_profile(path: str) -> Profile:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise PlanError(f"profile {path}: cannot read: {e}") from e
+    if not isinstance(data, dict):
+        raise PlanError(f"profile {path}: not a JSON object")
+    return parse_profile(data, f"profile {path}")
+
+
+def interpolate(points: dict[int, float], batch: int) -> float:
+    """Piecewise linear between measured batch sizes; flat below the smallest (and everywhere, given one point:
+    small-batch decode is bound by reading the weights); beyond the largest, the slope of the last two points
+    continues (a step grows roughly linearly with batch once compute or KV reads dominate)."""
+    xs = sorted(points)
+    if batch <= xs[0] or len(xs) == 1:
+        return points[xs[0]]
+    for lo, hi in zip(xs, xs[1:], strict=False):
+        if batch <= hi:
+            return points[lo] + (points[hi] - points[lo]) * (batch - lo) / (hi - lo)
+    lo, hi = xs[-2], xs[-1]
+    return points[hi] + (points[hi] - points[lo]) * (batch - hi) / (hi - lo)
+
+
+def decode_ceiling_tokens_per_s(bandwidth_bytes_per_s: float, weight_bytes: int) -> float:
+    """Batch 1 decode reads every weight once per token, so it cannot beat bandwidth / weight bytes."""
+    return bandwidth_bytes_per_s / weight_bytes
+
+
+@dataclass(frozen=True)
+class Speed:
+    source: str  # "profile" or "bounds"
+    prefill_tokens_per_s: float
+    step_s: Callable[[int], float]  # decode step time at a batch size
+    # The profile's own limit on concurrent sequences of a given length (its KV pool and max_num_seqs).
+    batch_cap: Callable[[int], int] | None = None
+
+
+def profile_speed(profile: Profile) -> Speed:
+    return Speed("profile", profile.prefill_tokens_per_s, lambda b: interpolate(profile.decode_step_s, b),
+                 lambda tokens: min(profile.max_num_seqs, profile.kv_capacity_tokens // tokens))
+
+
+def bound_speed(shape: ModelShape, mem: MemoryPlan, gpu: GpuSpec, gpus: int, context_tokens: int) -> Speed | None:
+    """Roofline: a decode step reads the weights (the touched experts for MoE) plus every sequence's KV at the
+    average context, or spends 2 FLOPs per active parameter per token, whichever takes longer. Prefill is
+    compute-bound (attention FLOPs left out: small next to the weights at ordinary prompt lengths)."""
+    if gpu.bandwidth_bytes_per_s is None or gpu.bf16_flops is None:
+        return None
+    bandwidth, flops = gpus * gpu.bandwidth_bytes_per_s, gpus * gpu.bf16_flops
+
+    def step_s(batch: int) -> float:
+        read = mem.weight_bytes * moe_weight_fraction(shape, batch) + batch * context_tokens * mem.kv_bytes_per_token
+        return max(read / bandwidth, 2 * shape.active_params * batch / flops)
+
+    return Speed("bounds", flops / (2 * shape.active_params), step_s)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    source: str
+    batch: int  # concurrent sequences per replica
+    limited_by: str
+    step_s: float
+    ttft_s: float  # its own prefill alone (no queueing): a lower bound
+    tpot_s: float  # decode step plus its share of the other sequences' prefills
+    requests_per_s: float
+    output_tokens_per_s: float
+    meets_ttft: bool | None
+    meets_tpot: bool | None
+
+
+def replica_capacity(speed: Speed, prompt_tokens: int, output_tokens: int, max_batch: int, limited_by: str,
+                     slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> Capacity:
+    """Steady state at saturation: per request the replica spends prompt/prefill_rate on its prefill and
+    output x step(B)/B on its share of B-wide decode steps, so a replica serves 1/(that) requests/s, and a
+    sequence sees TPOT = step(B) + B x prefill/output (the prefills that interleave with its decode).
+    B is the largest concurrency within max_batch (and the profile's limit) that meets the TPOT SLO."""
+    if prompt_tokens < 1 or output_tokens < 1:
+        raise PlanError(f"prompt and output tokens must be >= 1, got {prompt_tokens} and {output_tokens}")
+    cap = speed.batch_cap(prompt_tokens + output_tokens) if speed.batch_cap else None
+    if cap is not None and cap < max_batch:
+        max_batch, limited_by = cap, "the profiled engine's KV capacity or max_num_seqs"
+    if max_batch < 1:
+        raise PlanError(f"not even one sequence of {prompt_tokens + output_tokens} tokens fits ({limited_by})")
+    prefill_s = prompt_tokens / speed.prefill_tokens_per_s
+
+    def tpot(b: int) -> float:
+        return speed.step_s(b) + b * prefill_s / output_tokens
+
+    batch = max_batch
+    if slo_tpot_s is not None and tpot(batch) > slo_tpot_s:
+        lo, hi = 1, batch  # tpot grows with b: the largest b meeting the SLO
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if tpot(mid) <= slo_tpot_s else (lo, mid - 1)
+        batch, limited_by = lo, "TPOT SLO"
+    step = speed.step_s(batch)
+    rps = 1 / (prefill_s + output_tokens * step / batch)
+    return Capacity(
+        source=speed.source, batch=batch, limited_by=limited_by, step_s=step, ttft_s=prefill_s,
+        tpot_s=tpot(batch), requests_per_s=rps, output_tokens_per_s=rps * output_tokens,
+        meets_ttft=None if slo_ttft_s is None else prefill_s <= slo_ttft_s,
+        meets_tpot=None if slo_tpot_s is None else tpot(batch) <= slo_tpot_s)
+
+
+def replicas_for(rate: float, capacity: Capacity) -> int:
+    if rate < 0:
+        raise PlanError(f"rate must not be negative, got {rate}")
+    return math.ceil(rate / capacity.requests_per_s)
