@@ -13,7 +13,9 @@ app.add_typer(bench_app, name="bench")
 # Each module exposes register(app, bench_app) and adds its commands; keep torch imports inside commands.
 COMMAND_MODULES = [
     "floodway.engine.cli",
+    "floodway.engine.server.cli",
     "floodway.operator.planner.cli",
+    "floodway.operator.gateway.cli",
 ]
 
 for _name in COMMAND_MODULES:

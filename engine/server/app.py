@@ -1,0 +1,176 @@
+"""The FastAPI app: OpenAI routes, probes and metrics. Thin: parsing and shaping live in protocol.py and
+serving.py, the engine behind frontend.py and engine_loop.py, the state in state.py."""
+
+import asyncio
+import contextlib
+import dataclasses
+import threading
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from floodway.engine.server import errors, serving
+from floodway.engine.server.body_limit import BodyLimit
+from floodway.engine.server.errors import APIError
+from floodway.engine.server.frontend import Rejected
+from floodway.engine.server.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    new_id,
+    now_s,
+)
+from floodway.engine.server.state import ServerOptions, ServerState
+
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 413, 429, 503)}
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class _ClosingStream(StreamingResponse):
+    """Closes the request's output stream however the response ends, so a client that disconnects
+    mid-stream aborts its request in the engine at once (not when the generator is garbage-collected)."""
+
+    def __init__(self, content, outputs, **kwargs):
+        super().__init__(content, **kwargs)
+        self._outputs = outputs
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._outputs.close()
+            await self.body_iterator.aclose()
+
+
+async def _until_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _collect(outputs) -> serving.Collected:
+    c = serving.Collected()
+    async for out in outputs:
+        c.add(out)
+    return c
+
+
+async def _collect_unless_disconnected(request: Request, outputs) -> serving.Collected:
+    """A non-streaming request ends early (and is aborted) when its client disconnects."""
+    work = asyncio.ensure_future(_collect(outputs))
+    watch = asyncio.ensure_future(_until_disconnect(request))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            raise APIError(499, "Client disconnected.", code="client_disconnected")
+        return work.result()
+    finally:
+        watch.cancel()
+        outputs.close()
+
+
+def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
+    options = options or ServerOptions()
+    options.validate()
+    engine_config.validate()
+    state = ServerState(engine_config, options)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        threading.Thread(target=state.load, name="engine-load", daemon=True).start()
+        yield
+        state.shutdown()
+
+    app = FastAPI(title="Floodway engine", version="0.1.0", lifespan=lifespan,
+                  description="OpenAI-compatible API of one Floodway engine.")
+    app.state.server = state
+    errors.install(app)
+
+    def submit(prompt_ids: list[int], params, prefix: str):
+        rid = new_id(prefix)
+        try:
+            return rid, state.frontend.submit(rid, prompt_ids, params)
+        except Rejected as r:
+            state.metrics.reject()
+            a = r.admission
+            raise APIError(429, f"Server busy: {a.reason}. Retry after {a.retry_after_s}s.",
+                           type="rate_limit_error", code="rate_limit_exceeded",
+                           headers={"Retry-After": str(a.retry_after_s)}) from None
+
+    @app.post("/v1/completions", response_model=CompletionResponse, responses=ERRORS)
+    async def completions(body: CompletionRequest, request: Request):
+        state.require_serving()
+        serving.check_model(body.model, state.served_model)
+        prompt_ids = serving.completion_prompt_ids(body, state.tokenizer, len(state.tokenizer))
+        params = serving.sampling_params(body, body.max_tokens or 16, body.logprobs is not None)
+        serving.check_request(state.engine, prompt_ids, params, "prompt")
+        rid, outputs = submit(prompt_ids, params, "cmpl")
+        created = now_s()
+        if body.stream:
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            stream = serving.completion_stream(outputs, rid, state.served_model, created, state.tokenizer,
+                                               params.logprobs, usage)
+            return _ClosingStream(stream, outputs, media_type="text/event-stream", headers=SSE_HEADERS)
+        c = await _collect_unless_disconnected(request, outputs)
+        return serving.completion_response(rid, state.served_model, created, c, state.tokenizer, params.logprobs)
+
+    @app.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERRORS)
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        state.require_serving()
+        serving.check_model(body.model, state.served_model)
+        prompt_ids = serving.chat_prompt_ids(body, state.tokenizer)
+        max_tokens = serving.chat_max_tokens(body, len(prompt_ids), state.engine.max_model_len)
+        params = serving.sampling_params(body, max_tokens, body.logprobs)
+        serving.check_request(state.engine, prompt_ids, params, "messages")
+        rid, outputs = submit(prompt_ids, params, "chatcmpl")
+        created = now_s()
+        if body.stream:
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            stream = serving.chat_stream(outputs, rid, state.served_model, created, state.tokenizer,
+                                         params.logprobs, usage)
+            return _ClosingStream(stream, outputs, media_type="text/event-stream", headers=SSE_HEADERS)
+        c = await _collect_unless_disconnected(request, outputs)
+        return serving.chat_response(rid, state.served_model, created, c, state.tokenizer, params.logprobs)
+
+    @app.get("/v1/models", response_model=ModelList)
+    async def models():
+        max_len = state.engine.max_model_len if state.engine else None
+        return ModelList(data=[ModelCard(id=state.served_model, created=now_s(), max_model_len=max_len)])
+
+    @app.get("/health")
+    async def health():
+        """Liveness: the process serves HTTP and its engine loop runs (or is still loading)."""
+        if state.load_error or (state.loop is not None and not state.loop.alive() and not state.draining):
+            return JSONResponse({"status": "unhealthy", "error": state.load_error or "engine loop stopped"}, 503)
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready():
+        """Readiness: the model is loaded and the server is not draining."""
+        if state.ready:
+            return {"status": "ready"}
+        why = "draining" if state.draining else ("load_failed" if state.load_error else "loading")
+        return JSONResponse({"status": why}, 503)
+
+    @app.get("/metrics")
+    async def metrics():
+        body = state.metrics.render() if state.metrics else b""
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/debug/engine")
+    async def debug_engine():
+        """The engine's latest stats snapshot and the server's queue (for tests and operators)."""
+        if state.loop is None:
+            return JSONResponse({"status": "loading"}, 503)
+        q = state.frontend.queue_state()
+        return {"stats": dataclasses.asdict(state.loop.stats), "steps": state.loop.steps,
+                "inflight": state.frontend.inflight, "waiting_requests": q.waiting_requests,
+                "waiting_tokens": q.waiting_tokens, "draining": state.draining}
+
+    app.add_middleware(BodyLimit, max_bytes=options.max_body_bytes)
+    return app

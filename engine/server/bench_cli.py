@@ -1,0 +1,5 @@
+"""`floodway bench serve`: placeholder until the guidellm wrapper lands."""
+
+
+def register_bench(bench_app) -> None:
+    pass

@@ -1,0 +1,206 @@
+"""OpenAI API request and response models (pydantic, torch-free: the gateway imports this module too).
+
+Requests accept the fields clients commonly send; unknown fields are ignored as the OpenAI API does.
+Range checks live here (so errors name the field before anything is queued); cross-field checks
+that need the model (context length) happen in the server.
+"""
+
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+ONLY_ZERO = "Penalties are not implemented: only 0 (or null) is accepted."
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Request):
+    include_usage: StrictBool = False
+
+
+class _SamplingFields(_Request):
+    """Fields shared by both endpoints. `None` means the default."""
+
+    model: StrictStr | None = Field(None, description="Served model name; defaults to the only model served.")
+    temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1)] | None = None
+    top_k: Annotated[StrictInt, Field(ge=-1)] | None = Field(None, description="0 or -1 disables top-k.")
+    n: Annotated[StrictInt, Field(ge=1)] = Field(1, description="Only n=1 is supported.")
+    seed: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] | None = None
+    stop: StrictStr | Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(max_length=16)] | None = None
+    stop_token_ids: list[Annotated[StrictInt, Field(ge=0)]] | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: StrictBool = False
+    presence_penalty: Annotated[float, Field(strict=True, ge=0, le=0)] | None = Field(None, description=ONLY_ZERO)
+    frequency_penalty: Annotated[float, Field(strict=True, ge=0, le=0)] | None = Field(None, description=ONLY_ZERO)
+    user: StrictStr | None = None
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)]
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: StrictStr | TokenIds | Annotated[list[StrictStr], Field(min_length=1, max_length=1)] \
+        | Annotated[list[TokenIds], Field(min_length=1, max_length=1)] = Field(
+            ..., description="One prompt: text or token ids (a batch of exactly one is accepted).")
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16
+    logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
+    echo: Annotated[StrictBool, Field(description="Only false is supported.")] = False
+    suffix: None = Field(None, description="Not supported; must be absent or null.")
+
+    def single_prompt(self) -> str | list[int]:
+        p = self.prompt
+        return p[0] if isinstance(p, list) and isinstance(p[0], (str, list)) else p
+
+
+class TextPart(_Request):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ChatMessage(_Request):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: StrictStr | list[TextPart] | None = None
+    name: StrictStr | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    logprobs: StrictBool = False
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
+
+
+# ---- responses ----------------------------------------------------------------------------------------
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now_s() -> int:
+    return int(time.time())
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+FinishReason = Literal["stop", "length", "abort"] | None
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: FinishReason = None
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+class TokenLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[dict[str, Any]] = []
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: FinishReason = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class DeltaMessage(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: DeltaMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: FinishReason = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "floodway"
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | int | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo

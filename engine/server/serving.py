@@ -1,0 +1,216 @@
+"""OpenAI request -> (prompt token ids, SamplingParams), and engine outputs -> OpenAI responses and SSE chunks.
+
+Everything here is synchronous and side-effect free except tokenization; the routes in app.py wire it
+to the engine front end.
+"""
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from floodway.engine.sampling_params import SamplingParams
+from floodway.engine.server.errors import APIError, bad_request, param_of
+from floodway.engine.server.protocol import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatLogprobs,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    DeltaMessage,
+    ErrorInfo,
+    ErrorResponse,
+    TokenLogprob,
+    Usage,
+)
+
+
+def check_model(requested: str | None, served: str) -> None:
+    if requested is not None and requested != served:
+        raise APIError(404, f"The model `{requested}` does not exist; this server serves `{served}`.",
+                       param="model", code="model_not_found")
+
+
+def completion_prompt_ids(req: CompletionRequest, tokenizer, vocab_size: int) -> list[int]:
+    prompt = req.single_prompt()
+    if isinstance(prompt, str):
+        ids = tokenizer.encode(prompt)
+    else:
+        ids = list(prompt)
+        bad = next((t for t in ids if t >= vocab_size), None)
+        if bad is not None:
+            raise bad_request(f"prompt token id {bad} is outside the vocabulary (size {vocab_size})", "prompt")
+    if not ids:
+        raise bad_request("prompt is empty", "prompt")
+    return ids
+
+
+def chat_prompt_ids(req: ChatCompletionRequest, tokenizer) -> list[int]:
+    messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except Exception as e:  # noqa: BLE001 - a template may reject a conversation (roles, order)
+        raise bad_request(f"messages could not be rendered by the chat template: {e}", "messages") from e
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def sampling_params(req, max_tokens: int, logprobs: bool) -> SamplingParams:
+    if req.n != 1:
+        raise bad_request(f"n={req.n} is not supported: this server returns exactly one choice (n=1)", "n")
+    if getattr(req, "echo", False):
+        raise bad_request("echo=true is not supported", "echo")
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if req.temperature is None else float(req.temperature),
+        top_p=1.0 if req.top_p is None else float(req.top_p),
+        top_k=0 if req.top_k is None else req.top_k,
+        seed=req.seed, stop=req.stop_list(), stop_token_ids=list(req.stop_token_ids or []),
+        ignore_eos=req.ignore_eos, logprobs=logprobs)
+    try:
+        params.validate()
+    except ValueError as e:
+        raise bad_request(str(e), param_of(str(e))) from e
+    return params
+
+
+def chat_max_tokens(req: ChatCompletionRequest, prompt_len: int, max_model_len: int) -> int:
+    """Explicit max_completion_tokens / max_tokens, else whatever context the prompt leaves."""
+    explicit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    if explicit is not None:
+        return explicit
+    if prompt_len >= max_model_len:
+        raise context_error(prompt_len, 1, max_model_len, "messages")
+    return max_model_len - prompt_len
+
+
+def context_error(prompt_len: int, max_tokens: int, max_model_len: int, prompt_param: str) -> APIError:
+    return bad_request(
+        f"This model's maximum context length is {max_model_len} tokens; the request has {prompt_len} prompt "
+        f"tokens and asks for {max_tokens} more ({prompt_len + max_tokens} in total). Shorten the prompt or "
+        "lower max_tokens.", prompt_param, code="context_length_exceeded")
+
+
+def check_request(engine, prompt_ids: list[int], params: SamplingParams, prompt_param: str) -> None:
+    """Early 400s, before anything is queued: context length here, the engine's own checks after."""
+    if len(prompt_ids) + params.max_tokens > engine.max_model_len:
+        raise context_error(len(prompt_ids), params.max_tokens, engine.max_model_len, prompt_param)
+    try:
+        engine.validate_request(prompt_ids, params)
+    except ValueError as e:
+        raise bad_request(str(e), param_of(str(e)) or prompt_param) from e
+
+
+@dataclass
+class Collected:
+    """Everything a non-streaming response needs from a request's outputs."""
+
+    prompt_tokens: int = 0
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    def add(self, out) -> None:
+        self.prompt_tokens = len(out.prompt_token_ids)
+        self.text, self.token_ids = out.text, list(out.output_token_ids)
+        self.logprobs.extend(out.new_logprobs or [])
+        self.finish_reason = out.finish_reason
+
+    def usage(self) -> Usage:
+        n = len(self.token_ids)
+        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=n, total_tokens=self.prompt_tokens + n)
+
+
+def token_strings(tokenizer, ids: list[int]) -> list[str]:
+    return [tokenizer.decode([t]) for t in ids]
+
+
+def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float], start: int = 0) -> CompletionLogprobs:
+    tokens = token_strings(tokenizer, ids)
+    offsets, pos = [], start
+    for t in tokens:
+        offsets.append(pos)
+        pos += len(t)
+    top = [{t: lp} for t, lp in zip(tokens, logprobs, strict=False)]  # only the chosen token is known
+    return CompletionLogprobs(tokens=tokens, token_logprobs=list(logprobs), top_logprobs=top, text_offset=offsets)
+
+
+def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float]) -> ChatLogprobs:
+    return ChatLogprobs(content=[TokenLogprob(token=t, logprob=lp, bytes=list(t.encode()), top_logprobs=[])
+                                 for t, lp in zip(token_strings(tokenizer, ids), logprobs, strict=False)])
+
+
+def completion_response(rid: str, model: str, created: int, c: Collected, tokenizer, logprobs: bool):
+    lp = completion_logprobs(tokenizer, c.token_ids, c.logprobs) if logprobs else None
+    choice = CompletionChoice(text=c.text, logprobs=lp, finish_reason=c.finish_reason)
+    return CompletionResponse(id=rid, created=created, model=model, choices=[choice], usage=c.usage())
+
+
+def chat_response(rid: str, model: str, created: int, c: Collected, tokenizer, logprobs: bool):
+    lp = chat_logprobs(tokenizer, c.token_ids, c.logprobs) if logprobs else None
+    choice = ChatChoice(message=AssistantMessage(content=c.text), logprobs=lp, finish_reason=c.finish_reason)
+    return ChatCompletionResponse(id=rid, created=created, model=model, choices=[choice], usage=c.usage())
+
+
+def sse(obj) -> str:
+    data = obj.model_dump_json(exclude_none=False) if hasattr(obj, "model_dump_json") else json.dumps(obj)
+    return f"data: {data}\n\n"
+
+
+DONE = "data: [DONE]\n\n"
+
+
+def error_event(exc: Exception) -> str:
+    message = exc.message if isinstance(exc, APIError) else str(exc)
+    return sse(ErrorResponse(error=ErrorInfo(message=message, type="internal_error")))
+
+
+async def completion_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
+                            logprobs: bool, include_usage: bool) -> AsyncIterator[str]:
+    c, offset = Collected(), 0
+    try:
+        async for out in outputs:
+            c.add(out)
+            if not out.new_text and not out.finished:
+                continue
+            lp = None
+            if logprobs:
+                lp = completion_logprobs(tokenizer, out.new_token_ids, out.new_logprobs or [], offset)
+            offset += len(out.new_text)
+            choice = CompletionChoice(text=out.new_text, logprobs=lp, finish_reason=out.finish_reason)
+            yield sse(CompletionResponse(id=rid, created=created, model=model, choices=[choice]))
+    except Exception as e:  # noqa: BLE001 - headers are sent: report in-band, then end the stream
+        yield error_event(e)
+    else:
+        if include_usage:
+            yield sse(CompletionResponse(id=rid, created=created, model=model, choices=[], usage=c.usage()))
+    yield DONE
+
+
+async def chat_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
+                      logprobs: bool, include_usage: bool) -> AsyncIterator[str]:
+    c = Collected()
+
+    def chunk(choices, usage=None) -> str:
+        return sse(ChatCompletionChunk(id=rid, created=created, model=model, choices=choices, usage=usage))
+
+    yield chunk([ChatChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
+    try:
+        async for out in outputs:
+            c.add(out)
+            if not out.new_text and not out.finished:
+                continue
+            lp = chat_logprobs(tokenizer, out.new_token_ids, out.new_logprobs or []) if logprobs else None
+            delta = DeltaMessage(content=out.new_text)
+            yield chunk([ChatChunkChoice(delta=delta, logprobs=lp, finish_reason=out.finish_reason)])
+    except Exception as e:  # noqa: BLE001 - headers are sent: report in-band, then end the stream
+        yield error_event(e)
+    else:
+        if include_usage:
+            yield chunk([], c.usage())
+    yield DONE
