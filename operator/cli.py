@@ -12,6 +12,7 @@ app.add_typer(bench_app, name="bench")
 
 # Each module exposes register(app, bench_app) and adds its commands; keep torch imports inside commands.
 COMMAND_MODULES = [
+    "floodway.operator.ops_cli",
     "floodway.engine.cli",
     "floodway.engine.server.cli",
     "floodway.operator.planner.cli",

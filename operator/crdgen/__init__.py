@@ -1,0 +1,1 @@
+"""Generates the InferenceService CRD from the spec models."""

@@ -1,0 +1,12 @@
+"""Commands of the operator area: `floodway crd`, `floodway operator`, `floodway up`."""
+
+import importlib
+
+import typer
+
+_MODULES = ("floodway.operator.crdgen.cli",)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    for name in _MODULES:
+        importlib.import_module(name).register(app, bench_app)

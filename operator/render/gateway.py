@@ -1,0 +1,113 @@
+"""Gateway objects: its config (the GatewayConfig shape, also written by `floodway up`), ConfigMap,
+Deployment, Service and the ServiceAccount + Role that let it read the engine Service's EndpointSlices."""
+
+import hashlib
+
+import yaml
+from floodway.operator.render.images import Images
+from floodway.operator.render.meta import Owner, engine_name, gateway_name, image_version, metadata, selector
+from floodway.operator.render.security import CONTAINER_SECURITY, POD_SECURITY
+from floodway.operator.spec import InferenceServiceSpec
+
+GATEWAY_PORT = 8080
+SERVICE_PORT = 80
+CONFIG_DIR = "/etc/floodway"
+CONFIG_FILE = "gateway.yaml"
+API_KEY_ENV = "FLOODWAY_OVERFLOW_API_KEY"
+
+
+def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: str = "0.0.0.0") -> dict:
+    """The gateway's YAML config as a dict; backends is {"static": [...]} or {"kubernetes": {...}}."""
+    o = spec.overflow
+    overflow = {"enabled": o.enabled, "max_waiting_per_replica": o.max_waiting_per_replica}
+    if o.enabled:
+        overflow.update(base_url=o.base_url.rstrip("/"), model=o.model or spec.model_name, api_key_env=API_KEY_ENV)
+        if o.max_requests_per_minute is not None:
+            overflow["max_requests_per_minute"] = o.max_requests_per_minute
+        if o.max_tokens_per_minute is not None:
+            overflow["max_tokens_per_minute"] = o.max_tokens_per_minute
+    return {"host": host, "port": port, "served_models": [spec.model_name], "backends": backends,
+            "slo": {"ttft_ms": spec.slo.ttft_ms, "tpot_ms": spec.slo.tpot_ms}, "overflow": overflow}
+
+
+def cluster_gateway_config(spec: InferenceServiceSpec, owner: Owner) -> dict:
+    backends = {"kubernetes": {"namespace": owner.namespace, "service": engine_name(owner), "port": "http"}}
+    return gateway_config(spec, backends, GATEWAY_PORT)
+
+
+def config_yaml(config: dict) -> str:
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _meta(spec: InferenceServiceSpec, owner: Owner, images: Images, name: str | None = None) -> dict:
+    version = image_version(images.gateway_image(spec))
+    return metadata(owner, name or gateway_name(owner), "gateway", version)
+
+
+def gateway_configmap(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(spec, owner, images),
+            "data": {CONFIG_FILE: config_yaml(cluster_gateway_config(spec, owner))}}
+
+
+def _container(spec: InferenceServiceSpec, images: Images) -> dict:
+    env = []
+    ref = spec.overflow.api_key_secret_ref
+    if spec.overflow.enabled and ref is not None:
+        # The key reaches the pod only as an env var; the operator itself never reads Secrets.
+        env.append({"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    probe = {"httpGet": {"path": "/health", "port": "http"}}
+    return {
+        "name": "gateway", "image": images.gateway_image(spec), "imagePullPolicy": images.pull_policy,
+        "command": ["floodway", "gateway"], "args": ["--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
+        "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+        "env": env,
+        "readinessProbe": {**probe, "periodSeconds": 5},
+        "livenessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 3},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": {**CONTAINER_SECURITY, "readOnlyRootFilesystem": True},
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
+
+
+def gateway_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
+    meta = _meta(spec, owner, images)
+    digest = hashlib.sha256(config_yaml(cluster_gateway_config(spec, owner)).encode()).hexdigest()[:16]
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+        "spec": {
+            "replicas": spec.gateway.replicas,
+            "selector": {"matchLabels": selector(owner, "gateway")},
+            "template": {
+                # A changed config rolls the gateway pods.
+                "metadata": {"labels": meta["labels"], "annotations": {"serving.floodway.io/config-hash": digest}},
+                "spec": {"serviceAccountName": gateway_name(owner), "securityContext": POD_SECURITY,
+                         "terminationGracePeriodSeconds": 30, "containers": [_container(spec, images)],
+                         "volumes": [{"name": "config", "configMap": {"name": gateway_name(owner)}}]},
+            },
+        },
+    }
+
+
+def gateway_service(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
+    """Named like the InferenceService: clients call http://<name>.<namespace>.svc/v1/..."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, owner, images, owner.name),
+            "spec": {"selector": selector(owner, "gateway"),
+                     "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}]}}
+
+
+def gateway_rbac(spec: InferenceServiceSpec, owner: Owner, images: Images) -> list[dict]:
+    name = gateway_name(owner)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec, owner, images),
+         "automountServiceAccountToken": True},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(spec, owner, images),
+         "rules": [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                    "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(spec, owner, images),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}]},
+    ]
+
+
+def service_url(owner: Owner) -> str:
+    return f"http://{owner.name}.{owner.namespace}.svc/v1"

@@ -1,0 +1,124 @@
+"""`helm lint` and `helm template` of charts/floodway, and the rendered manifests (chart and operator output)
+against the Kubernetes OpenAPI schemas."""
+
+import json
+import subprocess
+
+import pytest
+import yaml
+from floodway.operator.crdgen.files import REPO_ROOT
+from floodway.operator.render import Images, Owner, render
+from floodway.operator.spec import InferenceServiceSpec
+
+pytestmark = pytest.mark.unit
+
+CHART = REPO_ROOT / "charts" / "floodway"
+K8S_VERSION = "1.31.0"
+NOT_IN_K8S = {"ServiceMonitor"}  # a Prometheus Operator kind
+
+
+def k8s_validate(objs: list[dict]) -> None:
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (the test extra)")
+    for obj in objs:
+        if obj["kind"] not in NOT_IN_K8S:
+            kv.validate(obj, K8S_VERSION, strict=True)
+
+
+def helm_run(helm: str, *args: str) -> str:
+    out = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def template(helm: str, *sets: str) -> list[dict]:
+    args = ["template", "fw", str(CHART), "--namespace", "floodway-system", "--include-crds"]
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm_run(helm, *args)) if d]
+
+
+def test_helm_lint(helm):
+    helm_run(helm, "lint", str(CHART), "--strict")
+
+
+@pytest.mark.parametrize("sets", [(), ("watchNamespaces={team-a,team-b}", "replicaCount=2"),
+                                  ("metrics.serviceMonitor.enabled=true", "grafanaDashboard.enabled=true",
+                                   "leaderElection.enabled=false")])
+def test_helm_template_validates(helm, sets):
+    objs = template(helm, *sets)
+    k8s_validate(objs)
+    kinds = [o["kind"] for o in objs]
+    assert "CustomResourceDefinition" in kinds and "Deployment" in kinds and "ServiceAccount" in kinds
+    for o in objs:
+        if o["kind"] != "CustomResourceDefinition":
+            assert o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "floodway"
+
+
+def test_rbac_is_least_privilege(helm):
+    for sets in [(), ("watchNamespaces={team-a}",)]:
+        roles = [o for o in template(helm, *sets) if o["kind"] in ("ClusterRole", "Role")]
+        assert roles
+        for role in roles:
+            for rule in role["rules"]:
+                assert "secrets" not in rule["resources"], rule
+                assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+                assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+    bindings = [o for o in template(helm) if o["kind"].endswith("Binding")]
+    assert all(b["roleRef"]["name"] != "cluster-admin" for b in bindings)
+
+
+def test_operator_rbac_covers_what_it_renders(helm):
+    granted = {(g, r) for o in template(helm) if o["kind"] == "ClusterRole" for rule in o["rules"]
+               for g in rule["apiGroups"] for r in rule["resources"] if "create" in rule["verbs"]}
+    spec = InferenceServiceSpec(model="m")
+    for obj in render(spec, Owner("a", "b", "u"), Images()):
+        group = obj["apiVersion"].rpartition("/")[0]
+        assert (group, obj["kind"].lower() + "s") in granted or (group, "poddisruptionbudgets") in granted
+
+
+def test_operator_deployment_is_hardened(helm):
+    dep = next(o for o in template(helm) if o["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    c = pod["containers"][0]
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["command"] == ["floodway", "operator"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["FLOODWAY_ENGINE_IMAGE"] == "floodway/engine:0.1.0"
+
+
+def test_values_schema_rejects_bad_values(helm):
+    out = subprocess.run([helm, "template", "fw", str(CHART), "--set", "replicaCount=-1"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0 and "replicaCount" in out.stderr
+    out = subprocess.run([helm, "template", "fw", str(CHART), "--set", "unknownKey=1"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0
+
+
+def test_chart_crd_is_the_generated_one(helm):
+    crd = next(o for o in template(helm) if o["kind"] == "CustomResourceDefinition")
+    generated = yaml.safe_load((REPO_ROOT / "crds" / "inferenceservices.serving.floodway.io.yaml").read_text())
+    assert crd == generated
+
+
+def test_dashboard_is_valid_json():
+    dash = json.loads((CHART / "dashboards" / "floodway.json").read_text())
+    assert dash["uid"] == "floodway-overview" and len(dash["panels"]) >= 6
+
+
+@pytest.mark.parametrize("kw", [{}, {"engine": {"runtime": "vllm"}, "resources": {"gpus": 2, "tolerations": [
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}},
+    {"overflow": {"enabled": True, "baseURL": "https://x/v1", "apiKeySecretRef": {"name": "k", "key": "v"}},
+     "resources": {"gpus": 0, "cpu": "500m", "memory": "1Gi"}}])
+def test_operator_output_validates(kw):
+    k8s_validate(render(InferenceServiceSpec.model_validate({"model": "m", **kw}), Owner("a", "b", "u"), Images()))
+
+
+def test_examples_parse():
+    from floodway.operator.spec import load
+
+    examples = sorted((REPO_ROOT / "charts" / "floodway" / "examples").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        load(path)
