@@ -31,7 +31,7 @@ class ModelShape:
     config_dtype: str | None
     quantization_bits: int | None  # from config.json's quantization_config, when the checkpoint is quantized
     params: int
-    params_source: str  # "estimated from config.json" or "given (--params)"
+    params_source: str  # "estimated from config.json" or "given with --params"
     active_params: int  # read per token at batch 1 (less than params only for mixture-of-experts)
     num_experts: int = 0
     experts_per_token: int = 0
@@ -120,7 +120,7 @@ def shape_from_config(cfg: dict, name: str, source: str, params: float | None = 
             raise PlanError(f"--params must be positive, got {params}")
         active, total = round(active * params / total), round(params)
     return _replace(shape, params=total, active_params=active,
-                    params_source="given (--params)" if params is not None else "estimated from config.json")
+                    params_source="given with --params" if params is not None else "estimated from config.json")
 
 
 def _replace(shape: ModelShape, **changes) -> ModelShape:

@@ -61,7 +61,7 @@ def make_plan(req: PlanRequest) -> dict:
     max_model_len = req.max_model_len or default_max_model_len(shape)
     seq_tokens = req.prompt_tokens + req.output_tokens
     precision, kv_dtype = precisions(shape, req.dtype, req.quantization, req.kv_cache_dtype)
-    notes = [f"parameters {shape.params_source}: {shape.params:,}"]
+    notes = []
     if shape.active_params != shape.params:
         notes.append(f"mixture of experts: {shape.active_params:,} parameters active per token")
     plan = {
