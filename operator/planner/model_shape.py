@@ -6,6 +6,7 @@ we do not know by name are read through the standard fields (Llama style, or GPT
 n_embd); the parameter count is estimated from them unless the caller passes it.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -119,21 +120,17 @@ def shape_from_config(cfg: dict, name: str, source: str, params: float | None = 
         if params <= 0:
             raise PlanError(f"--params must be positive, got {params}")
         active, total = round(active * params / total), round(params)
-    return _replace(shape, params=total, active_params=active,
+    return dataclasses.replace(shape, params=total, active_params=active,
                     params_source="given with --params" if params is not None else "estimated from config.json")
-
-
-def _replace(shape: ModelShape, **changes) -> ModelShape:
-    return ModelShape(**{**shape.__dict__, **changes})
 
 
 def estimate_params(cfg: dict, s: ModelShape, gpt2_style: bool) -> tuple[int, int]:
     """(total, active per token). Llama-style: gated MLP, RMSNorm, no biases unless the config says so
     (Qwen2 has q/k/v biases). GPT-2 style: plain MLP, LayerNorm, biases, learned positions, tied head."""
     h, q, kv = s.hidden_size, s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
-    qkv_bias = gpt2_style or cfg.get("attention_bias", False) or s.model_type.startswith("qwen2")
-    attn = h * (q + 2 * kv) + q * h + (q + 2 * kv if qkv_bias else 0) + (h if gpt2_style or cfg.get(
-        "attention_bias", False) else 0)
+    o_bias = gpt2_style or bool(cfg.get("attention_bias"))
+    qkv_bias = o_bias or s.model_type.startswith("qwen2")
+    attn = h * (q + 2 * kv) + q * h + (q + 2 * kv) * qkv_bias + h * o_bias
     if gpt2_style:
         mlp = 2 * h * s.intermediate_size + s.intermediate_size + h
         norms = 2 * 2 * h

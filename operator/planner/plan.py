@@ -60,6 +60,9 @@ def make_plan(req: PlanRequest) -> dict:
     gpu = resolve_gpu(req.gpu, req.gpu_memory, req.gpu_bandwidth_gbs, req.gpu_tflops)
     max_model_len = req.max_model_len or default_max_model_len(shape)
     seq_tokens = req.prompt_tokens + req.output_tokens
+    if seq_tokens > max_model_len:
+        raise PlanError(f"the expected request ({req.prompt_tokens} prompt + {req.output_tokens} output tokens) "
+                        f"exceeds max_model_len {max_model_len}: the engine would reject it")
     precision, kv_dtype = precisions(shape, req.dtype, req.quantization, req.kv_cache_dtype)
     notes = []
     if shape.active_params != shape.params:

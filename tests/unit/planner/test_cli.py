@@ -85,6 +85,7 @@ def test_text_table(llama2_7b):
     (["--model", "floodway/tiny-llama", "--gpu", "l4", "--gpu-memory-utilization", "0"], "gpu_memory_utilization"),
     (["--model", "floodway/tiny-llama", "--prompt-tokens", "0"], "--prompt-tokens"),
     (["--model", "floodway/tiny-llama", "--profile", "/nonexistent.json"], "cannot read"),
+    (["--model", "floodway/tiny-llama", "--prompt-tokens", "2000"], "exceeds max_model_len 2048"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
     result = runner.invoke(app, ["plan", *args])
