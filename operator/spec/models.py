@@ -107,24 +107,32 @@ class SLOSpec(SpecModel):
 
 
 class AutoscalingSpec(SpecModel):
-    """Scaling policy; see the autoscaler documentation for how each knob acts."""
+    """Scaling policy (floodway.operator.autoscaler.policy; defaults tuned with `floodway simulate`)."""
 
     enabled: bool = True
     """When false, the service runs replicas.min replicas."""
-    interval_seconds: float = Field(10, gt=0)
+    interval_seconds: float = Field(5, gt=0)
     """Seconds between two autoscaler decisions."""
-    target_waiting_per_replica: float = Field(4, gt=0)
-    """Queued requests per replica the autoscaler aims for."""
-    scale_down_stabilization_seconds: float = Field(300, ge=0)
-    """How long load must stay low before replicas are removed."""
+    target_concurrency: float = Field(32, gt=0)
+    """Requests in flight (running plus queued) per replica at which a replica still meets the SLO."""
+    kv_cache_target: float = Field(0.85, gt=0, le=1)
+    """KV-cache usage per replica the autoscaler keeps below."""
+    scale_up_window_seconds: float = Field(15, gt=0)
+    """Window over which demand is averaged for scaling up."""
+    max_scale_up_step: int = Field(4, ge=1)
+    """Most replicas added by one decision (panic mode excepted)."""
     panic_threshold: float = Field(2.0, ge=1)
-    """Demand over capacity ratio that triggers an immediate jump and blocks scale-down."""
-    panic_window_seconds: float = Field(6, gt=0)
-    """Window over which panic demand is measured."""
-    window_seconds: float = Field(60, gt=0)
-    """Window over which SLO attainment and rates are measured."""
+    """Demand over ready capacity ratio that jumps to the needed replicas at once and blocks scale-down."""
+    panic_hold_seconds: float = Field(60, ge=0)
+    """How long scale-down stays blocked after a panic."""
+    scale_down_stabilization_seconds: float = Field(180, ge=0)
+    """Replicas are removed only if the peak demand of this window fits the smaller pool."""
+    scale_down_utilization: float = Field(0.8, gt=0, le=1)
+    """Share of the smaller pool's capacity the peak demand may use for a scale-down."""
+    max_scale_down_step: int = Field(1, ge=1)
+    """Most replicas removed by one decision."""
     scale_to_zero_after_seconds: float | None = Field(None, ge=0)
-    """Idle time after which a service with replicas.min 0 scales to zero."""
+    """Idle time after which a service with replicas.min 0 scales to zero (unset: never)."""
 
 
 class SecretKeyRef(SpecModel):
