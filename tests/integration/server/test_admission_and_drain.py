@@ -1,0 +1,93 @@
+"""Admission control under a flood (429 + Retry-After, admitted requests all succeed), then SIGTERM drain.
+
+One server for both, with a small admission bound; the drain test stops it, so it runs last in this module.
+"""
+
+import asyncio
+import json
+import signal
+import threading
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+MAX_WAITING = 3
+
+
+@pytest.fixture(scope="module")
+def small_server(start_engine):
+    return start_engine("--max-num-seqs", "2", "--max-waiting-requests", str(MAX_WAITING),
+                        "--drain-timeout", "6")
+
+
+def _metric(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} missing")
+
+
+async def _flood(url: str, n: int) -> list[httpx.Response]:
+    body = {"prompt": "flood", "max_tokens": 8, "ignore_eos": True}
+    async with httpx.AsyncClient(base_url=url, timeout=120) as c:
+        return await asyncio.gather(*[c.post("/v1/completions", json=body) for _ in range(n)])
+
+
+def test_flood_past_admission_bound_gets_429_and_admitted_requests_succeed(small_server):
+    rejected_before = _metric(small_server.url, "floodway_admission_rejected_total")
+    responses = asyncio.run(_flood(small_server.url, 24))
+    ok = [r for r in responses if r.status_code == 200]
+    busy = [r for r in responses if r.status_code == 429]
+    assert len(ok) + len(busy) == len(responses), [r.status_code for r in responses]
+    assert len(busy) > 0 and len(ok) >= MAX_WAITING
+    for r in ok:
+        body = r.json()
+        assert body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 8
+    for r in busy:
+        assert int(r.headers["retry-after"]) >= 1
+        err = r.json()["error"]
+        assert err["type"] == "rate_limit_error" and err["code"] == "rate_limit_exceeded"
+        assert "waiting" in err["message"]
+    assert _metric(small_server.url, "floodway_admission_rejected_total") == rejected_before + len(busy)
+
+
+def _stream(url: str, body: dict, out: dict, first_chunk: threading.Event) -> None:
+    """Streams a completion; records the finish reason and whether [DONE] arrived."""
+    with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=120) as r:
+        out["status"] = r.status_code
+        for line in r.iter_lines():
+            if line == "data: [DONE]":
+                out["done"] = True
+            elif line.startswith("data: "):
+                first_chunk.set()
+                choice = json.loads(line[6:])["choices"][0]
+                out["finish_reason"] = choice["finish_reason"] or out.get("finish_reason")
+
+
+def test_sigterm_drains_in_flight_then_exits_zero(small_server, wait_for):
+    url = small_server.url
+    short, long = {}, {}
+    events = [threading.Event(), threading.Event()]
+    threads = [
+        threading.Thread(target=_stream, args=(url, {"prompt": "short", "max_tokens": 8, "ignore_eos": True},
+                                               short, events[0])),
+        # Far longer than the drain timeout: aborted when the grace period ends.
+        threading.Thread(target=_stream, args=(url, {"prompt": "long", "max_tokens": 2000, "ignore_eos": True},
+                                               long, events[1])),
+    ]
+    for t in threads:
+        t.start()
+    for e in events:
+        assert e.wait(60), "streams did not start"
+    small_server.popen.send_signal(signal.SIGTERM)
+    wait_for(lambda: httpx.get(url + "/ready").status_code == 503, 2, "/ready to turn 503 at once")
+    r = httpx.post(url + "/v1/completions", json={"prompt": "late", "max_tokens": 2})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "draining"
+    assert httpx.get(url + "/health").status_code == 200  # alive while draining
+    for t in threads:
+        t.join(60)
+    assert short == {"status": 200, "finish_reason": "length", "done": True}
+    assert long == {"status": 200, "finish_reason": "abort", "done": True}
+    assert small_server.popen.wait(30) == 0

@@ -1,0 +1,89 @@
+"""Every bad input gets a 4xx with an OpenAI-shaped error naming the problem, and the engine keeps serving."""
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+MODEL = "floodway/tiny-llama"
+CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
+USER = [{"role": "user", "content": "hi"}]
+
+# (path, JSON body or raw bytes, status, param, code or None, words the message must contain)
+CASES = [
+    (CMPL, b'{"prompt": "hi", ', 400, None, "invalid_json", "Invalid JSON"),
+    (CMPL, b"[1, 2]", 400, None, "invalid_value", "request body"),
+    (CMPL, {"prompt": "hi", "max_tokens": "ten"}, 400, "max_tokens", "invalid_value", "integer"),
+    (CMPL, {"prompt": "hi", "max_tokens": 0}, 400, "max_tokens", "invalid_value", "greater than or equal to 1"),
+    (CMPL, {"prompt": "hi", "temperature": -0.5}, 400, "temperature", "invalid_value", "greater than or equal to 0"),
+    (CMPL, {"prompt": "hi", "temperature": "hot"}, 400, "temperature", "invalid_value", "number"),
+    (CMPL, {"prompt": "hi", "top_p": 0}, 400, "top_p", "invalid_value", "greater than 0"),
+    (CMPL, {"prompt": "hi", "top_p": 1.5}, 400, "top_p", "invalid_value", "less than or equal to 1"),
+    (CMPL, {"prompt": "hi", "top_k": -2}, 400, "top_k", "invalid_value", "greater than or equal to -1"),
+    (CMPL, {"prompt": "hi", "n": 2}, 400, "n", None, "n=1"),
+    (CMPL, {"prompt": "hi", "stop": [1, 2]}, 400, "stop", "invalid_value", "string"),
+    (CMPL, {"prompt": "hi", "seed": "abc"}, 400, "seed", "invalid_value", "integer"),
+    (CMPL, {"prompt": "hi", "presence_penalty": 0.5}, 400, "presence_penalty", "invalid_value", "less than"),
+    (CMPL, {"prompt": "hi", "echo": True}, 400, "echo", None, "echo"),
+    (CMPL, {"prompt": "hi", "stream": "yes"}, 400, "stream", "invalid_value", "boolean"),
+    (CMPL, {"max_tokens": 3}, 400, "prompt", "invalid_value", "Field required"),
+    (CMPL, {"prompt": ""}, 400, "prompt", None, "empty"),
+    (CMPL, {"prompt": []}, 400, "prompt", "invalid_value", "at least 1"),
+    (CMPL, {"prompt": ["a", "b"]}, 400, "prompt", "invalid_value", "at most 1"),
+    (CMPL, {"prompt": [1, 99999]}, 400, "prompt", None, "vocabulary"),
+    (CMPL, {"prompt": "hi", "model": "gpt-4"}, 404, "model", "model_not_found", "gpt-4"),
+    (CMPL, {"prompt": "hi " * 300, "max_tokens": 4}, 400, "prompt", "context_length_exceeded", "maximum context"),
+    (CMPL, {"prompt": "hi", "max_tokens": 300}, 400, "prompt", "context_length_exceeded", "max_tokens"),
+    (CMPL, {"prompt": "hi", "stop_token_ids": [99999]}, 400, "stop_token_ids", None, "vocabulary"),
+    (CHAT, {"messages": []}, 400, "messages", "invalid_value", "at least 1"),
+    (CHAT, {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", "invalid_value", "'user'"),
+    (CHAT, {"messages": [{"content": "x"}]}, 400, "messages.0.role", "invalid_value", "Field required"),
+    (CHAT, {"messages": USER, "max_completion_tokens": -1}, 400, "max_completion_tokens", "invalid_value", ">= 1"),
+    (CHAT, {"messages": USER, "model": "other"}, 404, "model", "model_not_found", "other"),
+    (CHAT, {"messages": USER, "top_logprobs": 50}, 400, "top_logprobs", "invalid_value", "20"),
+    (CHAT, {"messages": [{"role": "user", "content": "word " * 300}]}, 400, "messages", "context_length_exceeded",
+     "maximum context"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,param,code,words", CASES,
+                         ids=[f"{c[0].split('/')[-1]}-{i}-{c[3]}" for i, c in enumerate(CASES)])
+def test_bad_input_gets_openai_error(engine_server, path, body, status, param, code, words):
+    if isinstance(body, bytes):
+        r = httpx.post(engine_server.url + path, content=body, headers={"content-type": "application/json"})
+    else:
+        r = httpx.post(engine_server.url + path, json=body, timeout=30)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["param"] == param and err["type"] == "invalid_request_error"
+    if code is not None:
+        assert err["code"] == code
+    assert words.replace(">= 1", "greater than or equal to 1") in err["message"], err["message"]
+
+
+def test_oversized_body_gets_413(engine_server):
+    big = b'{"prompt": "' + b"a" * (5 * 2**20) + b'"}'
+    r = httpx.post(engine_server.url + CMPL, content=big, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "request_too_large"
+
+    def chunks():  # no Content-Length: the limit still applies while reading
+        for _ in range(6):
+            yield b"a" * 2**20
+
+    r = httpx.post(engine_server.url + CMPL, content=chunks(), headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 413
+
+
+def test_unknown_route_and_method_are_openai_shaped(engine_server):
+    r = httpx.get(engine_server.url + "/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["message"]
+    r = httpx.get(engine_server.url + CMPL)
+    assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_engine_still_serves_after_bad_input(engine_server):
+    assert httpx.get(engine_server.url + "/health").status_code == 200
+    r = httpx.post(engine_server.url + CMPL, json={"model": MODEL, "prompt": "ok", "max_tokens": 2}, timeout=30)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
