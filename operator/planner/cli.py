@@ -22,7 +22,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         max_num_seqs: int = typer.Option(64, help="Most concurrent sequences per replica."),
         gpu_memory_utilization: float = typer.Option(0.9, help="Share of GPU memory the engine may use."),
         block_size: int = typer.Option(16, help="KV cache block size in tokens."),
-        overhead_gib: float = typer.Option(1.0, help="GiB per GPU kept for activations and runtime (estimate)."),
+        overhead_gib: float = typer.Option(None, help="GiB per GPU kept for activations (default: max(1, 5% of it))."),
         rate: float = typer.Option(None, help="Expected requests per second (for the replica count)."),
         prompt_tokens: int = typer.Option(1024, help="Expected prompt tokens per request."),
         output_tokens: int = typer.Option(256, help="Expected output tokens per request."),

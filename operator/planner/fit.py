@@ -9,7 +9,7 @@ could not be checked for a GPU we do not know); "refuse" (the weights, or one se
 from dataclasses import dataclass, field
 
 from floodway.operator.planner.gpus import GpuSpec, find_gpu, resolve_gpu
-from floodway.operator.planner.memory import DEFAULT_OVERHEAD_BYTES, MemoryPlan, plan_memory
+from floodway.operator.planner.memory import MemoryPlan, plan_memory
 from floodway.operator.planner.model_shape import ModelShape, load_shape
 from floodway.operator.planner.units import GIB, ConfigNotFound, PlanError
 
@@ -84,7 +84,7 @@ def check_fit(model: str, *, dtype: str = "auto", max_model_len: int | None = No
               gpu_memory_utilization: float = 0.9, gpus: int = 1, gpu_type: str | None = None,
               gpu_memory: str | int | None = None, quantization: str | None = None,
               kv_cache_dtype: str | None = None, block_size: int = 16, params: float | None = None,
-              overhead_bytes: int = DEFAULT_OVERHEAD_BYTES) -> FitResult:
+              overhead_bytes: int | None = None) -> FitResult:
     """The operator's admission check for an InferenceService. `gpu_memory` (bytes or "80Gi") overrides the
     memory of `gpu_type`; either sizes the GPU. A bad setting refuses with the reason; a model whose config
     is not available locally, or a GPU we cannot size, is reported as not checked rather than refused."""

@@ -13,7 +13,11 @@ _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "hal
                   "bf16": "bfloat16", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 # Weight-only quantization methods and the precision their weights take.
 QUANTIZATIONS = {"none": None, "fp8": "fp8", "int8": "int8", "int4": "int4", "awq": "int4", "gptq": "int4"}
-DEFAULT_OVERHEAD_BYTES = GIB  # per GPU: CUDA context, activations, allocator slack (an estimate; --overhead-gib)
+
+
+def default_overhead_bytes(gpu_memory_bytes: int) -> int:
+    """Per GPU, kept out of the KV pool for activations: max(1 GiB, 5% of the GPU), the engine's own reserve."""
+    return max(GIB, int(0.05 * gpu_memory_bytes))
 
 
 def canonical_dtype(dtype: str) -> str:
@@ -87,14 +91,17 @@ class MemoryPlan:
 def plan_memory(shape: ModelShape, gpu: GpuSpec, *, gpus: int = 1, dtype: str = "auto",
                 quantization: str | None = None, kv_cache_dtype: str | None = None, max_model_len: int,
                 max_num_seqs: int, gpu_memory_utilization: float = 0.9, block_size: int = 16,
-                overhead_bytes: int = DEFAULT_OVERHEAD_BYTES) -> MemoryPlan:
-    """Weights are sharded over `gpus` (tensor parallel), so the budget is the sum over the GPUs."""
+                overhead_bytes: int | None = None) -> MemoryPlan:
+    """Weights are sharded over `gpus` (tensor parallel), so the budget is the sum over the GPUs.
+    `overhead_bytes` is per GPU (default: default_overhead_bytes)."""
     for value, what in ((gpus, "gpus"), (max_model_len, "max_model_len"), (max_num_seqs, "max_num_seqs"),
                         (block_size, "block_size")):
         if not isinstance(value, int) or value < 1:
             raise PlanError(f"{what} must be a positive integer, got {value!r}")
     if not 0 < gpu_memory_utilization <= 1:
         raise PlanError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if overhead_bytes is None:
+        overhead_bytes = default_overhead_bytes(gpu.memory_bytes)
     if overhead_bytes < 0:
         raise PlanError(f"overhead must not be negative, got {overhead_bytes}")
     precision, kv_dtype = precisions(shape, dtype, quantization, kv_cache_dtype)

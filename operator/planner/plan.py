@@ -38,7 +38,7 @@ class PlanRequest:
     max_num_seqs: int = 64
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
-    overhead_gib: float = 1.0
+    overhead_gib: float | None = None  # per GPU; None: max(1 GiB, 5% of the GPU), as the engine keeps
     rate: float | None = None
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS
     output_tokens: int = DEFAULT_OUTPUT_TOKENS
@@ -54,7 +54,7 @@ def make_plan(req: PlanRequest) -> dict:
     if req.prompt_tokens < 1 or req.output_tokens < 1:
         raise PlanError(f"--prompt-tokens and --output-tokens must be >= 1, got {req.prompt_tokens}, "
                         f"{req.output_tokens}")
-    if req.overhead_gib < 0:
+    if req.overhead_gib is not None and req.overhead_gib < 0:
         raise PlanError(f"--overhead-gib must not be negative, got {req.overhead_gib}")
     shape = load_shape(req.model, req.params)
     gpu = resolve_gpu(req.gpu, req.gpu_memory, req.gpu_bandwidth_gbs, req.gpu_tflops)
@@ -83,7 +83,8 @@ def make_plan(req: PlanRequest) -> dict:
         mem = plan_memory(shape, gpu, gpus=req.gpus, dtype=req.dtype, quantization=req.quantization,
                           kv_cache_dtype=req.kv_cache_dtype, max_model_len=max_model_len,
                           max_num_seqs=req.max_num_seqs, gpu_memory_utilization=req.gpu_memory_utilization,
-                          block_size=req.block_size, overhead_bytes=int(req.overhead_gib * GIB))
+                          block_size=req.block_size,
+                          overhead_bytes=None if req.overhead_gib is None else int(req.overhead_gib * GIB))
         fit = assess_fit(shape, mem, gpu, req.gpus, max_model_len, req.max_num_seqs, req.gpu_memory_utilization,
                          req.block_size)
         at_expected = mem.max_seqs_at(seq_tokens, req.block_size)

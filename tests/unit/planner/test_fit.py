@@ -9,45 +9,47 @@ from floodway.operator.planner.fit import check_fit
 pytestmark = pytest.mark.unit
 
 GIB = 2**30
-# Llama-2-7B in float16 on one A100-40GB at utilisation 0.9, 1 GiB overhead:
+# Llama-2-7B in float16 on one A100-40GB at utilisation 0.9, keeping max(1 GiB, 5%) = 2 GiB for activations:
 BUDGET = int(40 * GIB * 0.9)  # 38,654,705,664
 WEIGHTS = 6_738_415_616 * 2  # 13,476,831,232
-POOL = BUDGET - WEIGHTS - GIB  # 24,104,132,608 = 11.2 sequences of 2 GiB
+POOL = BUDGET - WEIGHTS - 2 * GIB  # 23,030,390,784 = 10.7 sequences of 2 GiB
 
 
 def test_warning_names_what_fits_and_how_to_fix(llama2_7b):
     r = check_fit(llama2_7b, dtype="float16", max_model_len=4096, max_num_seqs=16, gpu_type="a100-40gb")
     assert r.level == "warning"
-    assert r.details["kv_pool_bytes"] == POOL == 24_104_132_608
+    assert r.details["kv_pool_bytes"] == POOL == 23_030_390_784
     assert r.details["kv_needed_bytes"] == 32 * GIB
-    assert r.details["max_seqs_at_max_model_len"] == 11
-    # 45,968 tokens (whole 16-token blocks) shared by 16 sequences: 2,873 each, 2,864 in whole blocks.
-    assert r.details["longest_sequence_tokens"] == 45_968
-    assert r.details["max_model_len_for_max_num_seqs"] == 2864
-    assert "only 11 sequences fit" in r.message and "lower maxNumSeqs to 11" in r.message
-    assert "maxModelLen to 2864" in r.message and "32.00 GiB" in r.message
+    assert r.details["max_seqs_at_max_model_len"] == 10
+    # 43,920 tokens (whole 16-token blocks) shared by 16 sequences: 2,745 each, 2,736 in whole blocks.
+    assert r.details["longest_sequence_tokens"] == 43_920
+    assert r.details["max_model_len_for_max_num_seqs"] == 2736
+    assert "only 10 sequences fit" in r.message and "lower maxNumSeqs to 10" in r.message
+    assert "maxModelLen to 2736" in r.message and "32.00 GiB" in r.message
 
 
 def test_fits_with_fewer_sequences_or_more_gpus(llama2_7b):
     r = check_fit(llama2_7b, dtype="float16", max_num_seqs=8, gpu_type="a100-40gb")
     assert r.level == "ok" and r.message.startswith("fits:") and r.details["max_model_len"] == 4096
     two = check_fit(llama2_7b, dtype="float16", max_num_seqs=16, gpus=2, gpu_type="a100-40gb")
-    assert two.level == "ok" and two.details["kv_pool_bytes"] == int(80 * GIB * 0.9) - WEIGHTS - 2 * GIB
+    assert two.level == "ok" and two.details["kv_pool_bytes"] == int(80 * GIB * 0.9) - WEIGHTS - 4 * GIB
+    explicit = check_fit(llama2_7b, dtype="float16", max_num_seqs=8, gpu_type="a100-40gb", overhead_bytes=GIB)
+    assert explicit.details["kv_pool_bytes"] == BUDGET - WEIGHTS - GIB
 
 
 def test_refuses_when_one_sequence_cannot_fit(llama2_7b):
     r = check_fit(llama2_7b, max_model_len=32768, gpu_type="a10-24gb")
     assert r.level == "refuse"
     assert "not even one sequence at maxModelLen 32768" in r.message
-    # A 24 GiB A10 at 0.9 minus bf16 weights minus 1 GiB holds 16,480 tokens.
-    assert r.details["longest_sequence_tokens"] == 16_480 and "lower maxModelLen to 16480" in r.message
+    # 24 GiB x 0.9 - 13.48 GB of bf16 weights - 1.2 GiB (5%) = 8.43 GB: 1,004 blocks of 16 tokens x 512 KiB.
+    assert r.details["longest_sequence_tokens"] == 16_064 and "lower maxModelLen to 16064" in r.message
 
 
 def test_refuses_when_the_weights_alone_do_not_fit(llama2_7b):
     r = check_fit(llama2_7b, dtype="float32", gpu_type="l4")
     assert r.level == "refuse" and "float32 weights (25.10 GiB) leave no room" in r.message
     int4 = check_fit(llama2_7b, dtype="float32", gpu_type="l4", quantization="int4")
-    # int4 weights (3.37 GB) leave 17.46 GiB: four float32 sequences of 4 GiB each at 4096 tokens.
+    # int4 weights (3.37 GB) leave 17.26 GiB: four float32 sequences of 4 GiB each at 4096 tokens.
     assert int4.level == "warning" and int4.details["max_seqs_at_max_model_len"] == 4
 
 
