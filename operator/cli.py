@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "floodway.engine.server.cli",
     "floodway.operator.planner.cli",
     "floodway.operator.gateway.cli",
+    "floodway.operator.simulator.cli",
 ]
 
 for _name in COMMAND_MODULES:

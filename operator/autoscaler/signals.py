@@ -1,0 +1,177 @@
+"""Autoscaling signals from Prometheus text (engines' and the gateway's /metrics), as plain data.
+
+A scrape of each engine gives gauges (running, waiting, KV usage) and cumulative histograms (TTFT, TPOT or
+inter-token latency); two scrapes `window_s` apart give rates and the SLO attainment from bucket deltas.
+"""
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+TTFT = "vllm:time_to_first_token_seconds"
+# Request-level TPOT when the engine exports it (newer vLLM); otherwise per-token inter-token latency.
+TPOT_REQUEST = "vllm:request_time_per_output_token_seconds"
+ITL = "vllm:inter_token_latency_seconds"
+# Gateway metrics (operator/gateway/metrics.py) this module reads.
+GW_REQUESTS = "floodway_gateway_requests_total"  # attempts by backend and outcome; "retried" ones are re-sent
+GW_OVERFLOW = "floodway_gateway_overflow_total"  # requests sent to the overflow API, by trigger
+GW_HELD = "floodway_gateway_hold_queue_depth"  # requests held in the gateway's queue now
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What the autoscaler sees at one tick. Per-replica tuples cover ready replicas only."""
+
+    ready: int = 0
+    starting: int = 0
+    running: tuple[float, ...] = ()
+    waiting: tuple[float, ...] = ()
+    kv_usage: tuple[float, ...] = ()
+    utilization: tuple[float, ...] = ()  # busy share of each replica's time (GPU utilisation), when known
+    held: float = 0.0  # requests held in the gateway (no ready replica, overflow budget spent)
+    arrival_rate: float = 0.0  # requests/s reaching the gateway over the window
+    finished_rate: float = 0.0  # local requests/s finished over the window
+    attainment: float | None = None  # share of finished requests meeting TTFT and TPOT SLOs; None: none finished
+    goodput: float = 0.0  # finished requests/s meeting the SLO
+    overflow_rate: float = 0.0  # requests/s sent to the overflow API
+    window_s: float = 0.0
+
+    @property
+    def total_running(self) -> float:
+        return float(sum(self.running))
+
+    @property
+    def total_waiting(self) -> float:
+        return float(sum(self.waiting))
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    """One scrape of one engine: gauges, and cumulative histograms as {upper bound: count}."""
+
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+    ttft: Mapping[float, float] = field(default_factory=dict)
+    tpot: Mapping[float, float] = field(default_factory=dict)
+    tpot_per_request: bool = True  # False: tpot holds per-token inter-token latencies
+    finished_total: float = 0.0  # vllm:request_success_total over all finish reasons
+
+
+@dataclass(frozen=True)
+class GatewaySample:
+    requests_total: float = 0.0
+    overflow_total: float = 0.0
+    held: float = 0.0
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """All scrapes of one service at one time. engines: replica name -> sample (ready replicas)."""
+
+    time: float
+    engines: Mapping[str, EngineSample]
+    gateway: GatewaySample | None = None
+    starting: int = 0
+
+
+def _samples(text: str, skip=lambda labels: False) -> tuple[dict[str, float], dict[str, dict[float, float]]]:
+    """Sum of each sample name over label sets (except those `skip` names), and histogram buckets by bound
+    (summed over label sets)."""
+    values: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as e:
+        raise ValueError(f"bad Prometheus text: {e}") from None
+    for fam in families:
+        for s in fam.samples:
+            if skip(s.labels):
+                continue
+            if s.name.endswith("_bucket") and "le" in s.labels:
+                b = buckets.setdefault(s.name[: -len("_bucket")], {})
+                le = float(s.labels["le"])
+                b[le] = b.get(le, 0.0) + s.value
+            else:
+                values[s.name] = values.get(s.name, 0.0) + s.value
+    return values, buckets
+
+
+def parse_engine(text: str) -> EngineSample:
+    """Parse an engine's /metrics (vLLM names) into an EngineSample; missing metrics read as zero."""
+    values, buckets = _samples(text)
+    per_request = TPOT_REQUEST in buckets
+    return EngineSample(
+        running=values.get("vllm:num_requests_running", 0.0),
+        waiting=values.get("vllm:num_requests_waiting", 0.0),
+        kv_usage=values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc", 0.0)),
+        ttft=buckets.get(TTFT, {}),
+        tpot=buckets.get(TPOT_REQUEST if per_request else ITL, {}),
+        tpot_per_request=per_request,
+        finished_total=values.get("vllm:request_success_total", 0.0),
+    )
+
+
+def parse_gateway(text: str) -> GatewaySample:
+    # A retried attempt is counted again under the backend that finally served it.
+    values, _ = _samples(text, skip=lambda labels: labels.get("outcome") == "retried")
+    return GatewaySample(values.get(GW_REQUESTS, 0.0), values.get(GW_OVERFLOW, 0.0), values.get(GW_HELD, 0.0))
+
+
+def _delta(new: float, old: float) -> float:
+    # A counter that went down was reset (engine restart): everything since the reset is new.
+    return new - old if new >= old else new
+
+
+def _hist_delta(new: Mapping[float, float], old: Mapping[float, float] | None) -> dict[float, float]:
+    old = old or {}
+    if any(new.get(le, 0.0) < v for le, v in old.items()):
+        old = {}
+    return {le: new[le] - old.get(le, 0.0) for le in new}
+
+
+def share_within(delta: Mapping[float, float], limit: float) -> tuple[float, float]:
+    """(observations <= limit, all observations) from bucket deltas. Counts only buckets whose upper bound
+    is <= limit, so the share is never overstated when the SLO falls between bucket bounds."""
+    total = delta.get(math.inf, max(delta.values(), default=0.0))
+    within = max((v for le, v in delta.items() if le <= limit), default=0.0)
+    return within, total
+
+
+def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: float) -> Signals:
+    """Signals over the window between two scrapes of the same service."""
+    dt = new.time - old.time
+    if dt <= 0:
+        raise ValueError(f"scrapes must be in time order (window {dt:.3f} s)")
+    finished = ttft_ok = ttft_all = tpot_ok = tpot_all = 0.0
+    for name, eng in new.engines.items():
+        prev = old.engines.get(name)
+        finished += _delta(eng.finished_total, prev.finished_total if prev else 0.0)
+        w, n = share_within(_hist_delta(eng.ttft, prev.ttft if prev else None), ttft_slo_s)
+        ttft_all += n
+        ttft_ok += w
+        w, n = share_within(_hist_delta(eng.tpot, prev.tpot if prev else None), tpot_slo_s)
+        tpot_ok += w
+        tpot_all += n
+    attainment = None
+    if ttft_all > 0:
+        a_ttft = ttft_ok / ttft_all
+        a_tpot = tpot_ok / tpot_all if tpot_all > 0 else 1.0
+        # The histograms do not say which requests missed which SLO; a_ttft + a_tpot - 1 is the least share
+        # that can have met both, so attainment is never overstated.
+        attainment = max(0.0, a_ttft + a_tpot - 1.0)
+    gw_new, gw_old = new.gateway, old.gateway
+    arrivals = overflow = 0.0
+    if gw_new is not None:
+        arrivals = _delta(gw_new.requests_total, gw_old.requests_total if gw_old else 0.0)
+        overflow = _delta(gw_new.overflow_total, gw_old.overflow_total if gw_old else 0.0)
+    engines = list(new.engines.values())
+    return Signals(
+        ready=len(engines), starting=new.starting,
+        running=tuple(e.running for e in engines), waiting=tuple(e.waiting for e in engines),
+        kv_usage=tuple(e.kv_usage for e in engines), held=gw_new.held if gw_new else 0.0,
+        arrival_rate=arrivals / dt, finished_rate=finished / dt, attainment=attainment,
+        goodput=(attainment or 0.0) * finished / dt, overflow_rate=overflow / dt, window_s=dt,
+    )

@@ -1,0 +1,43 @@
+"""`floodway simulate`: replay a trace against autoscaling policies side by side."""
+
+import typer
+
+DEFAULT_POLICIES = ["floodway+overflow", "floodway", "static-peak", "static-mean", "hpa", "keda", "keda+overflow",
+                    "kpa", "kpa+overflow"]
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @app.command()
+    def simulate(
+        trace: str = typer.Option(None, help="azure-conv, mooncake, a .csv/.jsonl file, or a generator such as "
+                                             "'idle-burst:burst_rate=30', 'steps:rates=2/10/4', 'on-off'."),
+        scenario: str = typer.Option(None, help="A named scenario from the README (sets trace, SLO, engine)."),
+        policy: list[str] = typer.Option(None, help="Policies to compare (repeat): floodway, static-peak, "
+                                                    "static-mean, hpa, keda, kpa; suffix +overflow to enable it."),
+        overflow: bool = typer.Option(False, "--overflow", help="Run every listed policy with overflow."),
+        png: str = typer.Option(None, help="Write a plot of arrivals, replicas, queue and overflow here."),
+        compress: float = typer.Option(None, help="Replay the trace this many times faster."),
+        profile: str = typer.Option(None, help="Replica profile JSON from `floodway bench engine --profile-out`."),
+        max_num_seqs: int = typer.Option(None, help="Override the profile's max_num_seqs (batch cap)."),
+        cold_start: float = typer.Option(120.0, help="Seconds from a replica's start to ready."),
+        ttft_slo: float = typer.Option(None, help="TTFT SLO in seconds."),
+        tpot_slo: float = typer.Option(None, help="TPOT SLO in seconds."),
+        attainment: float = typer.Option(0.99, help="SLO attainment target."),
+        target_concurrency: float = typer.Option(None, help="Our policy's (and KPA's) in-flight target per replica."),
+        overflow_max_waiting: float = typer.Option(2.0, help="Gateway overflows at this many waiting per replica."),
+        overflow_rpm: float = typer.Option(None, help="Overflow budget in requests per minute (default unlimited)."),
+        static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
+        traces_dir: str = typer.Option(None, help="Folder of the real traces (default: shared/data/traces)."),
+        seed: int = typer.Option(0, help="Seed of synthetic traces."),
+    ) -> None:
+        """Simulate policies on a trace: SLO attainment, goodput, TTFT, replica-hours, overflow, scale events."""
+        from floodway.operator.simulator.run import Options, run_cli
+
+        try:
+            out = run_cli(Options(trace, scenario, list(policy or []) or list(DEFAULT_POLICIES), overflow, png,
+                                  compress, profile, max_num_seqs, cold_start, ttft_slo, tpot_slo, attainment,
+                                  target_concurrency, overflow_max_waiting, overflow_rpm, static_peak, traces_dir,
+                                  seed))
+        except (ValueError, FileNotFoundError) as e:
+            raise typer.BadParameter(str(e)) from None
+        typer.echo(out)

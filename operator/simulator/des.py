@@ -1,0 +1,294 @@
+"""The discrete-event simulation of one InferenceService: gateway (the real overflow rule), replicas with
+cold starts, and an autoscaler ticking on its interval. Deterministic: no randomness after the trace.
+
+Overflowed requests are served by the external API with a fixed TTFT and TPOT (SimConfig), and count
+toward SLO attainment with those latencies. Replica-hours count a replica from its start (cold start
+included) to the end of its drain, up to the last arrival of the trace.
+"""
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from floodway.operator.autoscaler.policy import ScalerState
+from floodway.operator.autoscaler.signals import Signals
+from floodway.operator.gateway import overflow as ov
+from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
+from floodway.operator.simulator.traces import Request
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    profile: ReplicaProfile = field(default_factory=ReplicaProfile)
+    cold_start_s: float = 120.0
+    ttft_slo_s: float = 0.5
+    tpot_slo_s: float = 0.05
+    overflow: ov.OverflowPolicy = field(default_factory=ov.OverflowPolicy)  # enabled=False: no overflow
+    external_ttft_s: float = 0.4
+    external_tpot_s: float = 0.03
+    signal_window_s: float = 30.0
+    sample_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Scaler:
+    """A policy to simulate: decide(state, signals, policy, now) -> Decision, its policy and start size."""
+
+    name: str
+    decide: Callable
+    policy: Any
+    initial_replicas: int
+
+
+@dataclass
+class Slot:
+    started_s: float
+    replica: Replica | None = None  # set when ready
+    ended_s: float | None = None
+    draining: bool = False
+    last_busy_s: float = 0.0  # replica busy time and clock at the last tick, for utilisation
+    util_since: float = 0.0
+
+
+@dataclass
+class SimResult:
+    name: str
+    requests: list[SimRequest]
+    timeline: list[dict]
+    replica_hours: float
+    scale_events: int
+    duration_s: float
+    config: SimConfig
+    reasons: list[tuple[float, int, str]] = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(self, trace: list[Request], scaler: Scaler, config: SimConfig):
+        if not trace:
+            raise ValueError("empty trace")
+        self.cfg, self.scaler = config, scaler
+        self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in trace]
+        self.end = self.reqs[-1].arrival_s
+        self.slots: list[Slot] = []
+        self.events: list = []
+        self._seq = 0
+        self.held: deque[SimRequest] = deque()
+        self.budget = ov.BudgetState()
+        self.state = ScalerState(replicas=scaler.initial_replicas)
+        self.arrived: deque[float] = deque()
+        self.overflowed: deque[float] = deque()
+        self.done_local: deque[tuple[float, bool]] = deque()
+        self.e2e_ewma = None
+        self.timeline: list[dict] = []
+        self.reasons: list[tuple[float, int, str]] = []
+        self.scale_events = 0
+        self._sample_arrivals = self._sample_overflow = 0
+        for _ in range(scaler.initial_replicas):
+            self._ready(self._new_slot(0.0), 0.0)
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+    def _push(self, t: float, kind: str, data=None) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (t, self._seq, kind, data))
+
+    def _new_slot(self, t: float) -> Slot:
+        slot = Slot(t)
+        self.slots.append(slot)
+        return slot
+
+    def _met(self, r: SimRequest) -> bool:
+        if r.finish_s is None:
+            return False
+        tpot = (r.finish_s - r.first_token_s) / (r.output - 1) if r.output > 1 else 0.0
+        return r.first_token_s - r.arrival_s <= self.cfg.ttft_slo_s and tpot <= self.cfg.tpot_slo_s
+
+    def _on_finish(self, r: SimRequest) -> None:
+        self.done_local.append((r.finish_s, self._met(r)))
+        a = 0.05  # EWMA weight: the gateway's view of recent end-to-end latency, for predicted TTFT
+        e2e = r.finish_s - r.arrival_s
+        self.e2e_ewma = e2e if self.e2e_ewma is None else (1 - a) * self.e2e_ewma + a * e2e
+
+    def _active(self) -> list[Slot]:
+        return [s for s in self.slots if s.replica is not None and s.ended_s is None]
+
+    def _routable(self) -> list[Slot]:
+        return [s for s in self._active() if not s.draining]
+
+    def _advance(self, t: float) -> None:
+        for s in self._active():
+            s.replica.advance_to(t)
+            if s.draining and not s.replica.busy:
+                s.ended_s = max(t, s.replica.now)
+
+    # -- gateway -------------------------------------------------------------------------------------
+    def _pool(self, r: SimRequest) -> ov.PoolState:
+        ready = self._routable()
+        n = len(ready)
+        waiting = sum(s.replica.waiting for s in ready)
+        running = sum(s.replica.running for s in ready)
+        pred = None
+        if n:
+            # The request's own prefill time stands in for the gateway's base TTFT estimate.
+            base = r.prompt / self.cfg.profile.prefill_tokens_per_s
+            pred = ov.predict_ttft_s(waiting / n, running / n, self.e2e_ewma, base)
+        return ov.PoolState(ready=n, waiting=waiting, predicted_ttft_s=pred, held=len(self.held), budget=self.budget)
+
+    def _dispatch(self, r: SimRequest, t: float, held: bool) -> bool:
+        """Route one request by the gateway's overflow rule; False when it stays held."""
+        pol = self.cfg.overflow
+        info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
+        d = ov.overflow_decision(self._pool(r), pol, info, t)
+        if d.target == "local":
+            ready = self._routable()
+            best = min(ready, key=lambda s: s.replica.running + s.replica.waiting)
+            r.where = "local"
+            if not best.replica.fits(r):
+                r.where = "rejected"
+                return True
+            best.replica.submit(r, t)
+        elif d.target == "overflow":
+            self.budget = ov.budget_take(self.budget, pol.budget, info.tokens, t)
+            r.where, r.first_token_s = "overflow", t + self.cfg.external_ttft_s
+            r.finish_s = r.first_token_s + max(r.output - 1, 0) * self.cfg.external_tpot_s
+            self.overflowed.append(t)
+            self._sample_overflow += 1
+        elif d.target == "reject":
+            r.where = "rejected"
+        else:
+            return False
+        return True
+
+    def _drain_held(self, t: float) -> None:
+        keep = deque()
+        while self.held:
+            r = self.held.popleft()
+            if not self._dispatch(r, t, held=True):
+                keep.append(r)
+        self.held = keep
+        if self.held:
+            self._push(t + 1.0, "hold")
+
+    def _arrive(self, r: SimRequest) -> None:
+        t = r.arrival_s
+        self._advance(t)
+        self.arrived.append(t)
+        self._sample_arrivals += 1
+        if not self._dispatch(r, t, held=False):
+            if not self.held:
+                self._push(t + 1.0, "hold")
+            self.held.append(r)
+
+    # -- replicas and the autoscaler -------------------------------------------------------------------
+    def _ready(self, slot: Slot, t: float) -> None:
+        slot.replica, slot.util_since = Replica(self.cfg.profile, t, self._on_finish), t
+
+    def _reconcile(self, desired: int, t: float) -> None:
+        starting = [s for s in self.slots if s.replica is None and s.ended_s is None]
+        ready = self._routable()
+        have = len(starting) + len(ready)
+        for _ in range(desired - have):
+            self._push(t + self.cfg.cold_start_s, "ready", self._new_slot(t))
+        excess = have - desired
+        for s in reversed(starting):  # cancel the newest cold starts first
+            if excess <= 0:
+                break
+            s.ended_s, excess = t, excess - 1
+        for s in sorted(ready, key=lambda s: s.replica.running + s.replica.waiting)[:max(excess, 0)]:
+            s.draining = True
+            if not s.replica.busy:
+                s.ended_s = t
+
+    def _signals(self, t: float) -> Signals:
+        w = self.cfg.signal_window_s
+        for q in (self.arrived, self.overflowed):
+            while q and q[0] <= t - w:
+                q.popleft()
+        while self.done_local and self.done_local[0][0] <= t - w:
+            self.done_local.popleft()
+        ready = self._routable()
+        util = tuple(min(1.0, (s.replica.busy_s - s.last_busy_s) / (t - s.util_since)) if t > s.util_since else 0.0
+                     for s in ready)
+        met = sum(1 for _, ok in self.done_local if ok)
+        n_done = len(self.done_local)
+        span = min(w, t) if t > 0 else w
+        return Signals(
+            ready=len(ready), starting=sum(1 for s in self.slots if s.replica is None and s.ended_s is None),
+            running=tuple(s.replica.running for s in ready), waiting=tuple(s.replica.waiting for s in ready),
+            kv_usage=tuple(s.replica.kv_usage for s in ready), utilization=util, held=len(self.held),
+            arrival_rate=len(self.arrived) / span, finished_rate=n_done / span,
+            attainment=met / n_done if n_done else None, goodput=met / span,
+            overflow_rate=len(self.overflowed) / span, window_s=span,
+        )
+
+    def _tick(self, t: float) -> None:
+        self._advance(t)
+        sig = self._signals(t)
+        for s in self._routable():
+            s.last_busy_s, s.util_since = s.replica.busy_s, t
+        d = self.scaler.decide(self.state, sig, self.scaler.policy, t)
+        if d.replicas != self.state.replicas:
+            self.scale_events += 1
+            self.reasons.append((t, d.replicas, d.reason))
+        self.state = d.state
+        self._reconcile(d.replicas, t)
+        if self.held and self._routable():
+            self._drain_held(t)
+
+    def _sample(self, t: float) -> None:
+        self._advance(t)
+        ready = self._routable()
+        dt = self.cfg.sample_s
+        self.timeline.append({
+            "t": t, "arrival_rate": self._sample_arrivals / dt, "overflow_rate": self._sample_overflow / dt,
+            "desired": self.state.replicas, "ready": len(ready),
+            "queue": sum(s.replica.waiting for s in ready) + len(self.held),
+            "running": sum(s.replica.running for s in ready),
+        })
+        self._sample_arrivals = self._sample_overflow = 0
+
+    # -- main loop -------------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        self._push(0.0, "tick")
+        self._push(self.cfg.sample_s, "sample")
+        i, n = 0, len(self.reqs)
+        while i < n or self.events:
+            t_arr = self.reqs[i].arrival_s if i < n else math.inf
+            if self.events and self.events[0][0] <= t_arr:
+                t, _, kind, data = heapq.heappop(self.events)
+                if t > self.end and kind in ("tick", "sample"):
+                    continue
+                if kind == "tick":
+                    self._tick(t)
+                    self._push(t + self.scaler.policy.interval_s, "tick")
+                elif kind == "sample":
+                    self._sample(t)
+                    self._push(t + self.cfg.sample_s, "sample")
+                elif kind == "ready" and data.ended_s is None:
+                    self._advance(t)
+                    self._ready(data, t)
+                    self._drain_held(t)
+                elif kind == "hold" and self.held:
+                    self._advance(t)
+                    self._drain_held(t)
+            else:
+                self._arrive(self.reqs[i])
+                i += 1
+        self._finish_all()
+        hours = sum(min(s.ended_s if s.ended_s is not None else self.end, self.end) - min(s.started_s, self.end)
+                    for s in self.slots) / 3600.0
+        return SimResult(self.scaler.name, self.reqs, self.timeline, hours, self.scale_events, self.end, self.cfg,
+                         self.reasons)
+
+    def _finish_all(self) -> None:
+        for r in self.held:
+            r.where = "rejected"
+        for s in self._active():
+            while s.replica.busy:
+                s.replica.advance_to(s.replica.now + 3600.0)
+
+
+def simulate(trace: list[Request], scaler: Scaler, config: SimConfig | None = None) -> SimResult:
+    return Simulation(trace, scaler, config or SimConfig()).run()

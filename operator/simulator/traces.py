@@ -1,0 +1,210 @@
+"""Request traces: loaders for the real traces in shared/data/traces and synthetic burst generators.
+
+A trace is a list of Request(arrival_s, prompt_tokens, output_tokens) sorted by arrival, starting near 0.
+"""
+
+import csv
+import json
+import math
+import os
+import random
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+TRACES_ENV = "FLOODWAY_TRACES_DIR"
+AZURE_CONV = "azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
+MOONCAKE_CONV = "mooncake-conversation/conversation_trace.jsonl"
+# Names accepted by --trace besides file paths.
+NAMED_TRACES = {"azure-conv": AZURE_CONV, "mooncake": MOONCAKE_CONV}
+
+
+@dataclass(frozen=True)
+class Request:
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+def traces_dir(explicit: str | os.PathLike | None = None) -> Path | None:
+    """The traces folder: an explicit path, $FLOODWAY_TRACES_DIR, or shared/data/traces next to the repo."""
+    if explicit:
+        return Path(explicit)
+    if os.environ.get(TRACES_ENV):
+        return Path(os.environ[TRACES_ENV])
+    # operator/simulator/traces.py -> repo root -> ../shared/data/traces (also <repo>/shared for checkouts
+    # that carry it inside).
+    repo = Path(__file__).resolve().parents[2]
+    for cand in (repo / "shared" / "data" / "traces", repo.parent / "shared" / "data" / "traces"):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def resolve_trace(name_or_path: str, root: str | os.PathLike | None = None) -> Path:
+    """Map a named trace ('azure-conv', 'mooncake') or a file path to an existing file, or raise."""
+    if name_or_path in NAMED_TRACES:
+        base = traces_dir(root)
+        if base is None:
+            raise FileNotFoundError(f"trace {name_or_path!r}: no traces folder found; set ${TRACES_ENV} "
+                                    "or pass --traces-dir")
+        path = base / NAMED_TRACES[name_or_path]
+    else:
+        path = Path(name_or_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trace file not found: {path}")
+    return path
+
+
+def load_trace(path: str | os.PathLike) -> list[Request]:
+    """Load a CSV (Azure columns) or JSONL (Mooncake fields) trace; arrivals are shifted to start at 0."""
+    path = Path(path)
+    if path.suffix == ".csv":
+        reqs = _load_azure_csv(path)
+    elif path.suffix in (".jsonl", ".json"):
+        reqs = _load_mooncake_jsonl(path)
+    else:
+        raise ValueError(f"{path}: unknown trace format {path.suffix!r} (expected .csv or .jsonl)")
+    if not reqs:
+        raise ValueError(f"{path}: trace has no requests")
+    reqs.sort(key=lambda r: r.arrival_s)
+    t0 = reqs[0].arrival_s
+    return [replace(r, arrival_s=r.arrival_s - t0) for r in reqs]
+
+
+def _load_azure_csv(path: Path) -> list[Request]:
+    out = []
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: missing CSV columns {sorted(missing)}")
+        for i, row in enumerate(reader, start=2):
+            try:
+                ts = row["TIMESTAMP"]
+                # 100 ns ticks: Python parses at most 6 fractional digits.
+                if "." in ts:
+                    head, frac = ts.split(".", 1)
+                    ts = f"{head}.{frac[:6]}"
+                t = datetime.fromisoformat(ts).timestamp()
+                out.append(Request(t, int(row["ContextTokens"]), int(row["GeneratedTokens"])))
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{path}:{i}: bad row: {e}") from None
+    return out
+
+
+def _load_mooncake_jsonl(path: Path) -> list[Request]:
+    out = []
+    with path.open() as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                out.append(Request(d["timestamp"] / 1000.0, int(d["input_length"]), int(d["output_length"])))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{i}: bad record: {e!r}") from None
+    return out
+
+
+def compress(trace: list[Request], factor: float) -> list[Request]:
+    """Replay `factor` times faster (same requests, arrival times divided by factor)."""
+    if factor <= 0:
+        raise ValueError(f"compression factor must be > 0, got {factor}")
+    return [replace(r, arrival_s=r.arrival_s / factor) for r in trace]
+
+
+def spread_ticks(trace: list[Request], tick_s: float, seed: int = 0) -> list[Request]:
+    """Spread requests that share a quantized timestamp uniformly over the tick (Mooncake's 3 s ticks)."""
+    rng = random.Random(seed)
+    out = [replace(r, arrival_s=r.arrival_s + rng.uniform(0, tick_s)) for r in trace]
+    out.sort(key=lambda r: r.arrival_s)
+    return out
+
+
+def _poisson(rate_fn, duration_s: float, seed: int, prompt_tokens, output_tokens, max_rate: float):
+    """Non-homogeneous Poisson arrivals by thinning; token counts drawn log-normally around the given means."""
+    if duration_s <= 0 or max_rate <= 0:
+        raise ValueError("duration and rate must be > 0")
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    while True:
+        t += rng.expovariate(max_rate)
+        if t >= duration_s:
+            return out
+        if rng.random() * max_rate <= rate_fn(t):
+            out.append(Request(t, _draw(rng, prompt_tokens), _draw(rng, output_tokens)))
+
+
+def _draw(rng: random.Random, mean: int) -> int:
+    # Log-normal with sigma 0.6: a long tail like real chat prompts, the given mean.
+    sigma = 0.6
+    return max(1, int(rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)))
+
+
+def idle_then_burst(base_rate: float = 0.5, burst_rate: float = 20.0, duration_s: float = 1800.0,
+                    burst_at_s: float = 600.0, burst_len_s: float = 120.0, bursts: int = 2, gap_s: float = 600.0,
+                    prompt_tokens: int = 1000, output_tokens: int = 200, seed: int = 0) -> list[Request]:
+    """Low background traffic with `bursts` bursts of `burst_rate` req/s lasting `burst_len_s`, `gap_s` apart."""
+    def rate(t):
+        for k in range(bursts):
+            start = burst_at_s + k * (burst_len_s + gap_s)
+            if start <= t < start + burst_len_s:
+                return burst_rate
+        return base_rate
+    return _poisson(rate, duration_s, seed, prompt_tokens, output_tokens, max(base_rate, burst_rate))
+
+
+def steps(rates: list[float], step_s: float = 300.0, prompt_tokens: int = 1000, output_tokens: int = 200,
+          seed: int = 0) -> list[Request]:
+    """Piecewise-constant rate: rates[i] req/s during [i*step_s, (i+1)*step_s)."""
+    if not rates or min(rates) < 0:
+        raise ValueError("rates must be a non-empty list of non-negative numbers")
+    return _poisson(lambda t: rates[min(int(t // step_s), len(rates) - 1)], len(rates) * step_s, seed,
+                    prompt_tokens, output_tokens, max(rates))
+
+
+def on_off(on_rate: float = 10.0, on_s: float = 60.0, off_s: float = 240.0, duration_s: float = 1800.0,
+           prompt_tokens: int = 1000, output_tokens: int = 200, seed: int = 0) -> list[Request]:
+    """Alternating on (on_rate req/s) and off (no traffic) periods."""
+    return _poisson(lambda t: on_rate if (t % (on_s + off_s)) < on_s else 0.0, duration_s, seed,
+                    prompt_tokens, output_tokens, on_rate)
+
+
+def rate_stats(trace: list[Request], window_s: float = 60.0) -> tuple[float, float]:
+    """(mean, peak) arrival rate over windows of window_s seconds."""
+    if not trace:
+        return 0.0, 0.0
+    n = int(trace[-1].arrival_s // window_s) + 1
+    counts = [0] * n
+    for r in trace:
+        counts[int(r.arrival_s // window_s)] += 1
+    return len(trace) / (n * window_s), max(counts) / window_s
+
+
+GENERATORS = {"idle-burst": idle_then_burst, "steps": steps, "on-off": on_off}
+
+
+def _param(key: str, value: str):
+    if key == "rates":
+        return [float(v) for v in value.split("/")]
+    return int(value) if key in ("bursts", "seed", "prompt_tokens", "output_tokens") else float(value)
+
+
+def trace_from_spec(spec: str, root: str | os.PathLike | None = None, seed: int = 0) -> list[Request]:
+    """'azure-conv', 'mooncake', a .csv/.jsonl path, or a generator with parameters such as
+    'idle-burst:burst_rate=30,burst_len_s=600' or 'steps:rates=2/10/4,step_s=300'."""
+    name, _, args = spec.partition(":")
+    if name not in GENERATORS:
+        return load_trace(resolve_trace(spec, root))
+    gen = GENERATORS[name]
+    kwargs = {"seed": seed}
+    for item in filter(None, args.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in gen.__code__.co_varnames[:gen.__code__.co_argcount]:
+            raise ValueError(f"trace {spec!r}: bad parameter {item!r} for {name}")
+        try:
+            kwargs[key] = _param(key, value)
+        except ValueError:
+            raise ValueError(f"trace {spec!r}: {key} needs a number, got {value!r}") from None
+    return gen(**kwargs)

@@ -1,0 +1,128 @@
+"""Our policy's behaviour: panic, stability, SLO guard, bounds, scale from and to zero."""
+
+import random
+
+import pytest
+from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState, decide
+from floodway.operator.autoscaler.signals import Signals
+
+pytestmark = pytest.mark.unit
+
+P = AutoscalerPolicy(min_replicas=1, max_replicas=10, target_concurrency=10, interval_s=5)
+
+
+def sig(ready, running=0.0, waiting=0.0, **kw) -> Signals:
+    """Signals with the load spread evenly over `ready` replicas."""
+    n = max(ready, 1)
+    return Signals(ready=ready, running=(running / n,) * ready, waiting=(waiting / n,) * ready, **kw)
+
+
+def run(policy, state, signals_at, start, end):
+    """Tick every interval; signals_at(t, replicas) -> Signals. Returns the decisions."""
+    out, t = [], start
+    while t <= end:
+        d = decide(state, signals_at(t, state.replicas), policy, t)
+        out.append(d)
+        state, t = d.state, t + policy.interval_s
+    return out
+
+
+def test_steady_load_holds():
+    ds = run(P, ScalerState(2), lambda t, n: sig(n, running=15, attainment=1.0), 0, 600)
+    assert {d.replicas for d in ds} == {2}
+
+
+def test_panic_on_2x_burst_jumps_past_the_step_limit_and_blocks_scale_down():
+    state = run(P, ScalerState(2), lambda t, n: sig(2, running=15, attainment=1.0), 0, 300)[-1].state
+    d = decide(state, sig(2, running=20, waiting=60, attainment=1.0), P, 305)
+    assert d.replicas == 8 > 2 + P.max_step_up
+    assert d.reason.startswith("panic")
+    # Demand falls right after: no scale-down while the panic holds.
+    after = run(P, d.state, lambda t, n: sig(8, running=5, attainment=1.0), 310, 305 + P.panic_hold_s - 1)
+    assert {x.replicas for x in after} == {8}
+
+
+def test_below_2x_is_not_panic_and_obeys_the_step_limit():
+    p = AutoscalerPolicy(max_replicas=20, target_concurrency=10, max_step_up=2, scale_up_window_s=1)
+    d = decide(ScalerState(4), sig(4, running=40, waiting=30, attainment=1.0), p, 0)
+    assert not d.reason.startswith("panic")
+    assert d.replicas == 6
+
+
+def test_no_flapping_on_noise():
+    rng = random.Random(1)
+    # Demand wanders +-30% around 2.5 replicas' worth for an hour.
+    ds = run(P, ScalerState(3), lambda t, n: sig(n, running=25 * rng.uniform(0.7, 1.3), attainment=1.0), 0, 3600)
+    changes = sum(1 for a, b in zip(ds, ds[1:], strict=False) if a.replicas != b.replicas)
+    assert changes <= 2, [d.reason for d in ds if not d.reason.startswith("hold")]
+
+
+def test_scales_down_after_the_stabilization_window_one_step_at_a_time():
+    ds = run(P, ScalerState(6), lambda t, n: sig(n, running=10, attainment=1.0), 0, 600)
+    first_drop = next(i for i, d in enumerate(ds) if d.replicas < 6)
+    assert first_drop * P.interval_s >= P.scale_down_stabilization_s
+    assert all(a.replicas - b.replicas <= 1 for a, b in zip(ds, ds[1:], strict=False))
+    assert ds[-1].replicas == 2  # 10 in flight fits 2 replicas at 80% of target 10
+    assert "scale down" in next(d.reason for d in ds if d.replicas < 6)
+
+
+def test_no_scale_down_while_attainment_is_below_target():
+    ds = run(P, ScalerState(6), lambda t, n: sig(n, running=5, attainment=0.95), 0, 900)
+    assert {d.replicas for d in ds} == {6}
+    assert "below target" in ds[-1].reason
+
+
+def test_slo_miss_while_queued_adds_a_replica_unless_one_is_starting():
+    state = ScalerState(3)
+    d = decide(state, sig(3, running=20, waiting=2, attainment=0.9), P, 0)
+    assert d.replicas == 4 and "SLO attainment" in d.reason
+    d = decide(state, sig(3, running=20, waiting=2, attainment=0.9, starting=1), P, 0)
+    assert d.replicas == 3
+
+
+def test_bounds_are_respected():
+    p = AutoscalerPolicy(min_replicas=2, max_replicas=5, target_concurrency=10)
+    assert decide(ScalerState(3), sig(3, running=30, waiting=900), p, 0).replicas == 5
+    ds = run(p, ScalerState(5), lambda t, n: sig(n, attainment=1.0), 0, 3600)
+    assert min(d.replicas for d in ds) == 2
+    assert decide(ScalerState(9), sig(9, running=1), p, 0).replicas == 5
+    assert decide(ScalerState(0), sig(0), p, 0).replicas == 2
+
+
+def test_scale_from_zero_on_the_first_queued_request():
+    p = AutoscalerPolicy(min_replicas=0, target_concurrency=10, scale_to_zero_after_s=300)
+    assert decide(ScalerState(0), sig(0), p, 0).replicas == 0
+    d = decide(ScalerState(0), sig(0, held=1), p, 5)
+    assert d.replicas == 1 and d.reason.startswith("panic")
+    # Overflowed traffic alone (nothing held) also wakes the pool.
+    assert decide(ScalerState(0), sig(0, overflow_rate=0.2), p, 5).replicas == 1
+
+
+def test_scale_to_zero_only_after_the_idle_period():
+    p = AutoscalerPolicy(min_replicas=0, target_concurrency=10, scale_to_zero_after_s=600,
+                         scale_down_stabilization_s=60)
+    state = decide(ScalerState(1), sig(1, running=3, attainment=1.0), p, 0).state
+    ds = run(p, state, lambda t, n: sig(n, attainment=None), 5, 900)
+    zero_at = next(i for i, d in enumerate(ds) if d.replicas == 0) * p.interval_s + 5
+    assert 600 <= zero_at < 700
+    assert "scale to zero" in next(d.reason for d in ds if d.replicas == 0)
+
+
+def test_kv_pressure_scales_up():
+    d = decide(ScalerState(2), sig(2, running=4, attainment=1.0, kv_usage=(0.95, 0.95)), P, 0)
+    assert d.replicas == 3 and "KV" in d.reason
+
+
+def test_overflow_counts_as_demand():
+    # 2 req/s overflowed at ~10 s each is ~20 requests in flight elsewhere: two more replicas' worth.
+    s = sig(2, running=18, attainment=1.0, finished_rate=1.8, overflow_rate=2.0)
+    assert decide(ScalerState(2), s, P, 0).replicas == 4
+
+
+@pytest.mark.parametrize("kw, word", [({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
+                                      ({"target_concurrency": 0}, "target_concurrency"),
+                                      ({"slo_attainment": 1.5}, "slo_attainment"),
+                                      ({"max_step_down": 0}, "max_step_down")])
+def test_bad_policy_is_rejected(kw, word):
+    with pytest.raises(ValueError, match=word):
+        AutoscalerPolicy(**kw)

@@ -1,0 +1,138 @@
+"""Signal extraction from Prometheus text: gauges, histogram deltas, SLO attainment, counter resets."""
+
+import pytest
+from floodway.operator.autoscaler.signals import (
+    GW_HELD,
+    GW_OVERFLOW,
+    GW_REQUESTS,
+    Scrape,
+    parse_engine,
+    parse_gateway,
+    share_within,
+    signals_between,
+)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+pytestmark = pytest.mark.unit
+
+TTFT_BUCKETS = [0.1, 0.25, 0.5, 0.75, 1.0, 2.5]
+ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1]
+
+
+class FakeEngine:
+    """A real prometheus_client registry with vLLM's metric names, as an engine's /metrics renders them."""
+
+    def __init__(self):
+        self.reg = CollectorRegistry()
+        lab = {"labelnames": ["model_name"], "registry": self.reg}
+        self.running = Gauge("vllm:num_requests_running", "r", **lab)
+        self.waiting = Gauge("vllm:num_requests_waiting", "w", **lab)
+        self.kv = Gauge("vllm:kv_cache_usage_perc", "kv", **lab)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "t", buckets=TTFT_BUCKETS, **lab)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "i", buckets=ITL_BUCKETS, **lab)
+        self.done = Counter("vllm:request_success", "s", labelnames=["model_name", "finished_reason"],
+                            registry=self.reg)
+
+    def finish(self, ttft, itls):
+        self.ttft.labels("m").observe(ttft)
+        for x in itls:
+            self.itl.labels("m").observe(x)
+        self.done.labels("m", "stop").inc()
+
+    def text(self):
+        return generate_latest(self.reg).decode()
+
+
+def gateway_text(requests, overflow, held):
+    reg = CollectorRegistry()
+    req = Counter(GW_REQUESTS.removesuffix("_total"), "r", ["backend", "outcome"], registry=reg)
+    req.labels("http://a", "ok").inc(requests - overflow)
+    req.labels("overflow", "ok").inc(overflow)
+    req.labels("http://a", "retried").inc(7)  # re-sent elsewhere: not a new arrival
+    Counter(GW_OVERFLOW.removesuffix("_total"), "o", ["reason"], registry=reg).labels("queue_depth").inc(overflow)
+    Gauge(GW_HELD, "h", registry=reg).set(held)
+    return generate_latest(reg).decode()
+
+
+def test_parse_engine_gauges_and_histograms():
+    e = FakeEngine()
+    e.running.labels("m").set(7)
+    e.waiting.labels("m").set(3)
+    e.kv.labels("m").set(0.42)
+    e.finish(0.2, [0.02, 0.03])
+    s = parse_engine(e.text())
+    assert (s.running, s.waiting, s.kv_usage, s.finished_total) == (7, 3, 0.42, 1)
+    assert s.ttft[0.25] == 1 and s.ttft[0.1] == 0 and s.ttft[float("inf")] == 1
+    assert not s.tpot_per_request and s.tpot[0.025] == 1
+
+
+def test_attainment_and_goodput_from_bucket_deltas():
+    e = FakeEngine()
+    e.finish(5.0, [0.01])  # before the window: must not count
+    old = Scrape(100.0, {"a": parse_engine(e.text())})
+    for _ in range(8):
+        e.finish(0.2, [0.02, 0.02])
+    e.finish(0.9, [0.02])  # misses TTFT
+    e.finish(0.3, [0.09, 0.09])  # misses TPOT on its tokens
+    new = Scrape(110.0, {"a": parse_engine(e.text())}, starting=2)
+    s = signals_between(old, new, ttft_slo_s=0.5, tpot_slo_s=0.05)
+    assert s.finished_rate == pytest.approx(1.0)
+    # TTFT: 9 of 10 within 0.5 s; tokens: 17 of 19 gaps within 0.05 s; both: at least 0.9 + 17/19 - 1.
+    assert s.attainment == pytest.approx(0.9 + 17 / 19 - 1)
+    assert s.goodput == pytest.approx(s.attainment * 1.0)
+    assert (s.ready, s.starting, s.window_s) == (1, 2, 10.0)
+
+
+def test_slo_between_bucket_bounds_is_never_overstated():
+    # Observations in the 0.5..0.75 bucket might be above an SLO of 0.6: they do not count as met.
+    delta = {0.5: 6.0, 0.75: 10.0, float("inf"): 10.0}
+    assert share_within(delta, 0.6) == (6.0, 10.0)
+    assert share_within(delta, 0.75) == (10.0, 10.0)
+
+
+def test_counter_reset_counts_everything_since_the_restart():
+    e = FakeEngine()
+    for _ in range(5):
+        e.finish(0.1, [0.01])
+    old = Scrape(0.0, {"a": parse_engine(e.text())})
+    fresh = FakeEngine()  # the engine restarted: counters begin at zero again
+    fresh.finish(0.1, [0.01])
+    fresh.finish(2.0, [0.01])
+    s = signals_between(old, Scrape(10.0, {"a": parse_engine(fresh.text())}), 0.5, 0.05)
+    assert s.finished_rate == pytest.approx(0.2)
+    assert s.attainment == pytest.approx(0.5)
+
+
+def test_no_finished_requests_means_unknown_attainment():
+    e = FakeEngine()
+    old = Scrape(0.0, {"a": parse_engine(e.text())})
+    s = signals_between(old, Scrape(5.0, {"a": parse_engine(e.text())}), 0.5, 0.05)
+    assert s.attainment is None and s.goodput == 0
+
+
+def test_gateway_rates_and_several_replicas():
+    e1, e2 = FakeEngine(), FakeEngine()
+    e1.waiting.labels("m").set(4)
+    e2.running.labels("m").set(9)
+    old = Scrape(0.0, {}, parse_gateway(gateway_text(100, 10, 0)))
+    new = Scrape(20.0, {"a": parse_engine(e1.text()), "b": parse_engine(e2.text())},
+                 parse_gateway(gateway_text(160, 30, 3)))
+    s = signals_between(old, new, 0.5, 0.05)
+    assert s.arrival_rate == pytest.approx(3.0) and s.overflow_rate == pytest.approx(1.0)
+    assert s.held == 3 and s.ready == 2
+    assert (s.total_waiting, s.total_running) == (4, 9)
+
+
+def test_request_level_tpot_is_preferred_when_exported():
+    reg = CollectorRegistry()
+    h = Histogram("vllm:request_time_per_output_token_seconds", "t", buckets=[0.05, 0.1], registry=reg)
+    h.observe(0.04)
+    s = parse_engine(generate_latest(reg).decode())
+    assert s.tpot_per_request and s.tpot[0.05] == 1
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="Prometheus"):
+        parse_engine("vllm:num_requests_running{model_name=\"m\" 3\n")
+    with pytest.raises(ValueError, match="time order"):
+        signals_between(Scrape(5.0, {}), Scrape(5.0, {}), 0.5, 0.05)

@@ -1,0 +1,83 @@
+"""The discrete-event loop: determinism, cold starts, replica-hours, and the gateway's overflow rule."""
+
+from dataclasses import replace
+
+import pytest
+from floodway.operator.autoscaler.baselines import StaticPolicy, decide_static
+from floodway.operator.autoscaler.policy import AutoscalerPolicy, Decision, decide
+from floodway.operator.gateway.overflow import OverflowPolicy
+from floodway.operator.simulator import compare
+from floodway.operator.simulator.des import Scaler, SimConfig, simulate
+from floodway.operator.simulator.replica import ReplicaProfile
+from floodway.operator.simulator.report import summarize, table
+from floodway.operator.simulator.traces import idle_then_burst, steps
+
+pytestmark = pytest.mark.unit
+
+SMALL = ReplicaProfile(max_num_seqs=16)
+CFG = SimConfig(profile=SMALL, cold_start_s=60.0)
+
+
+def static(n):
+    return Scaler(f"static-{n}", decide_static, StaticPolicy(n), n)
+
+
+def test_deterministic_for_a_seed():
+    tr = steps([2, 6, 3], step_s=120, seed=5)
+    a, b = simulate(tr, static(2), CFG), simulate(tr, static(2), CFG)
+    assert summarize(a) == summarize(b) and a.timeline == b.timeline
+
+
+def test_static_replica_hours_and_full_service():
+    tr = steps([3], step_s=600, seed=1)
+    res = simulate(tr, static(3), CFG)
+    assert res.replica_hours == pytest.approx(3 * res.duration_s / 3600)
+    s = summarize(res)
+    assert s.rejected == 0 and s.overflow_share == 0 and s.attainment > 0.99
+    assert "static-3" in table([s], res.replica_hours)
+
+
+def test_a_new_replica_is_ready_only_after_the_cold_start():
+    def two_after_100(state, signals, policy, now):
+        n = 2 if now >= 100 else 1
+        return Decision(n, "test", replace(state, replicas=n))
+    tr = steps([1], step_s=400, seed=2)
+    res = simulate(tr, Scaler("t", two_after_100, StaticPolicy(1, interval_s=10), 1), CFG)
+    ready = {p["t"]: p["ready"] for p in res.timeline}
+    assert ready[150.0] == 1 and ready[170.0] == 2  # asked at t=100, cold start 60 s
+    assert res.scale_events == 1
+
+
+def test_no_replica_overflows_by_the_gateway_rule_or_rejects_without_overflow():
+    tr = steps([2], step_s=60, seed=3)
+    on = replace(CFG, overflow=OverflowPolicy(enabled=True))
+    s = summarize(simulate(tr, static(0), on))
+    assert s.overflow_share == 1.0 and s.attainment == 1.0  # the external API meets the SLO in the model
+    off = summarize(simulate(tr, static(0), CFG))
+    assert off.rejected == off.requests and off.attainment == 0
+
+
+def test_queue_depth_overflow_spills_a_burst():
+    tr = idle_then_burst(base_rate=1, burst_rate=40, duration_s=300, burst_at_s=100, burst_len_s=60, bursts=1)
+    cfg = replace(CFG, overflow=OverflowPolicy(enabled=True, max_waiting_per_replica=2))
+    s = summarize(simulate(tr, static(1), cfg))
+    assert 0.2 < s.overflow_share < 0.9 and s.rejected == 0
+
+
+def test_scale_from_zero_holds_the_first_requests_until_a_replica_is_ready():
+    tr = idle_then_burst(base_rate=0.0001, burst_rate=2, duration_s=400, burst_at_s=50, burst_len_s=300, bursts=1)
+    p = AutoscalerPolicy(min_replicas=0, scale_to_zero_after_s=600, target_concurrency=16)
+    cfg = replace(CFG, overflow=OverflowPolicy(enabled=False, hold_timeout_s=120, hold_queue_size=1000))
+    res = simulate(tr, Scaler("ours", decide, p, 0), cfg)
+    assert res.reasons[0][1] == 1 and res.reasons[0][0] < 60
+    s = summarize(res)
+    assert s.rejected == 0 and s.ttft_p99 > 30  # the early requests waited out the cold start
+
+
+def test_static_peak_is_the_smallest_pool_meeting_the_target():
+    tr = steps([12], step_s=300, seed=4)
+    n = compare.static_peak_replicas(tr, CFG, 0.99)
+    assert summarize(simulate(tr, static(n), CFG)).attainment >= 0.99
+    assert summarize(simulate(tr, static(n - 1), CFG)).attainment < 0.99
+    with pytest.raises(ValueError, match="unknown policy"):
+        compare.parse_policy("magic+overflow")

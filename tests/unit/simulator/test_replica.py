@@ -1,0 +1,82 @@
+"""The continuous-batching replica model against hand-computed step times."""
+
+import json
+
+import pytest
+from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
+
+pytestmark = pytest.mark.unit
+
+PROFILE = ReplicaProfile(prefill_tokens_per_s=10_000, decode_step_s={1: 0.01, 8: 0.02, 32: 0.05},
+                         kv_capacity_tokens=10_000, max_num_seqs=8, max_num_batched_tokens=1000,
+                         decode_s_per_kv_token=0.0)
+
+
+def replica(profile=PROFILE):
+    done = []
+    return Replica(profile, 0.0, done.append), done
+
+
+def test_decode_step_interpolates_and_extrapolates_flat_below():
+    assert PROFILE.decode_step(1) == 0.01
+    assert PROFILE.decode_step(8) == 0.02
+    assert PROFILE.decode_step(20) == pytest.approx(0.035)
+    assert PROFILE.decode_step(32) == 0.05
+
+
+def test_single_request_ttft_and_tpot():
+    rep, done = replica()
+    rep.submit(SimRequest(0.0, 2500, 11), 0.0)
+    rep.advance_to(100.0)
+    (r,) = done
+    # Prefill in chunks of 1000 tokens (0.1 s each): 3 steps, the last one a 500-token chunk.
+    assert r.first_token_s == pytest.approx(0.25)
+    assert (r.finish_s - r.first_token_s) / 10 == pytest.approx(0.01)
+    assert rep.kv_used == 0 and not rep.busy
+
+
+def test_batched_decode_uses_the_batch_step_time():
+    rep, done = replica()
+    for _i in range(8):
+        rep.submit(SimRequest(0.0, 10, 101), 0.0)
+    rep.advance_to(100.0)
+    assert len(done) == 8
+    tpots = {round((r.finish_s - r.first_token_s) / 100, 6) for r in done}
+    assert tpots == {0.02}
+
+
+def test_batch_cap_and_kv_capacity_make_requests_wait():
+    rep, _ = replica()
+    for _ in range(10):
+        rep.submit(SimRequest(0.0, 10, 50), 0.0)
+    assert (rep.running, rep.waiting) == (8, 2)
+    rep2, _ = replica()
+    for _ in range(3):
+        rep2.submit(SimRequest(0.0, 3000, 1000), 0.0)
+    assert (rep2.running, rep2.waiting) == (2, 1)
+    assert rep2.kv_usage == pytest.approx(0.8)
+    assert not rep2.fits(SimRequest(0.0, 9500, 1000))
+
+
+def test_arrivals_join_at_the_next_step_boundary():
+    rep, done = replica()
+    rep.submit(SimRequest(0.0, 10, 1000), 0.0)
+    rep.submit(SimRequest(0.333, 10, 2), 0.333)
+    assert rep.now >= 0.333
+    rep.advance_to(50)
+    late = next(r for r in done if r.arrival_s == 0.333)
+    assert late.first_token_s - 0.333 < 0.02
+
+
+def test_profile_from_json(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"model": "m", "prefill_tokens_per_s": 5000, "decode_step_s": {"1": 0.02, "8": 0.03},
+                                "kv_capacity_tokens": 1000, "max_num_seqs": 4}))
+    p = ReplicaProfile.from_json(path)
+    assert p.decode_step(8) == 0.03 and p.max_num_seqs == 4 and p.model == "m"
+    path.write_text(json.dumps({"prefill_tokens_per_s": -1}))
+    with pytest.raises(ValueError, match="prefill_tokens_per_s must be > 0"):
+        ReplicaProfile.from_json(path)
+    path.write_text("{")
+    with pytest.raises(ValueError, match="cannot read replica profile"):
+        ReplicaProfile.from_json(path)
