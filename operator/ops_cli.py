@@ -4,7 +4,7 @@ import importlib
 
 import typer
 
-_MODULES = ("floodway.operator.crdgen.cli",)
+_MODULES = ("floodway.operator.crdgen.cli", "floodway.operator.controller.cli", "floodway.operator.local.cli")
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -22,6 +22,9 @@ def engine_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
             "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching"]
     if e.runtime == "vllm" and spec.resources.gpus > 1:
         args += ["--tensor-parallel-size", str(spec.resources.gpus)]
+    if e.runtime == "floodway":
+        # Finish in-flight requests after SIGTERM, a few seconds inside the pod's grace period.
+        args += ["--drain-timeout", str(max(e.termination_grace_period_seconds - 5, 1))]
     return args + list(e.extra_args)
 
 

@@ -1,0 +1,1 @@
+"""The kopf operator: thin handlers around pure rendering, scaling and status functions."""

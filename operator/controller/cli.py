@@ -1,0 +1,64 @@
+"""`floodway operator`: run the kopf operator against the current kubeconfig or in-cluster config."""
+
+import logging
+import os
+import socket
+import sys
+import threading
+
+import typer
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @app.command()
+    def operator(
+        namespace: list[str] = typer.Option(None, "--namespace", "-n",
+                                            help="Watch only these namespaces (repeat); default: all."),
+        kubeconfig: str = typer.Option(None, help="Kubeconfig file (default: in-cluster, then $KUBECONFIG)."),
+        context: str = typer.Option(None, help="Kubeconfig context."),
+        health_port: int = typer.Option(8080, help="Port of /healthz (0: none)."),
+        log_level: str = typer.Option("info", help="debug, info, warning or error."),
+        lease_namespace: str = typer.Option(None, help="Namespace of the leader-election Lease (unset: no "
+                                            "election; run one replica only)."),
+        lease_name: str = typer.Option("floodway-operator", help="Name of the leader-election Lease."),
+        lease_duration: float = typer.Option(15.0, min=5, help="Seconds a leader's Lease lasts unrenewed."),
+        identity: str = typer.Option(None, help="This replica's name in the Lease (default: $POD_NAME)."),
+        gateway_url: str = typer.Option("http://{name}.{namespace}.svc:{port}",
+                                        help="Template of each service's gateway URL for scraping."),
+    ) -> None:
+        """Run the InferenceService operator (kopf): reconcile, autoscale, status and events."""
+        import kopf
+        from floodway.operator.controller import handlers  # noqa: F401 (registers the handlers)
+        from floodway.operator.controller.health import serve_health
+        from floodway.operator.controller.kube import Kube, load_api_client
+        from floodway.operator.controller.lease import LeaderElector
+        from floodway.operator.render import Images
+
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        api = load_api_client(kubeconfig, context)
+        if kubeconfig or context:
+            from floodway.operator.controller.login import register_login
+
+            register_login(api.configuration)
+        kube = Kube(api)
+        if health_port:
+            serve_health(health_port)
+        stop = threading.Event()
+        lost = threading.Event()
+        if lease_namespace:
+            me = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+            elector = LeaderElector(kube, lease_namespace, lease_name, me, lease_duration)
+            if not elector.wait_until_leader(stop):
+                return
+
+            def on_lost():
+                lost.set()
+                stop.set()
+
+            threading.Thread(target=elector.keep_renewing, args=(stop, on_lost), daemon=True).start()
+        memo = kopf.Memo(kube=kube, images=Images.from_env(), gateway_url_template=gateway_url)
+        kopf.run(clusterwide=not namespace, namespaces=namespace or (), standalone=True, memo=memo,
+                 stop_flag=stop)
+        stop.set()
+        if lost.is_set():
+            sys.exit(1)

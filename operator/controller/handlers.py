@@ -1,0 +1,144 @@
+"""kopf handlers: thin shells that read the cluster, call the pure functions (render, tick, build_status,
+transition_events) and write back by server-side apply, status patches and events. Errors become
+conditions, events and kopf retries with backoff, never a crash of the operator."""
+
+import logging
+import time
+from datetime import datetime, timezone
+
+import kopf
+from floodway.operator.controller.conditions import transition_events
+from floodway.operator.controller.kube import KubeError
+from floodway.operator.controller.pods import any_ready, engine_pods, secret_problem
+from floodway.operator.controller.scaling import initial_state, tick
+from floodway.operator.controller.scrape import scrape
+from floodway.operator.controller.status import Observation, build_status
+from floodway.operator.render import Owner, render, service_url
+from floodway.operator.render.engine import engine_deployment
+from floodway.operator.render.gateway import SERVICE_PORT
+from floodway.operator.render.meta import engine_name, selector_string
+from floodway.operator.spec import GROUP, PLURAL, VERSION, SpecError, parse_spec
+
+log = logging.getLogger("floodway.operator")
+TIMER_S = 1.0  # the timer wakes often; each service acts every spec.autoscaling.intervalSeconds
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _fit(spec) -> tuple[str, str]:
+    from floodway.operator.planner.fit import check_fit
+
+    e, r = spec.engine, spec.resources
+    gpu_memory = f"{r.gpu_memory_gib}Gi" if r.gpu_memory_gib else None
+    try:
+        result = check_fit(spec.model, dtype=e.dtype, max_model_len=e.max_model_len, max_num_seqs=e.max_num_seqs,
+                           gpu_memory_utilization=e.gpu_memory_utilization, gpus=r.gpus, gpu_type=r.gpu_type,
+                           gpu_memory=gpu_memory, block_size=e.block_size)
+    except Exception as exc:  # the fit check is advice: its failure must not block serving
+        return "warning", f"fit not checked: {exc}"
+    return result.level, result.message
+
+
+def _publish(body, patch, spec, obs: Observation, generation, owner: Owner) -> None:
+    previous = dict(body.get("status") or {})
+    status = build_status(spec, previous, obs, _now(), generation, selector_string(owner, "engine"),
+                          service_url(owner))
+    for event in transition_events(previous.get("conditions") or [], status["conditions"]):
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    for key, value in status.items():
+        patch.status[key] = value
+
+
+def _invalid(body, patch, err: SpecError) -> None:
+    kopf.event(body, type="Warning", reason="InvalidSpec", message=str(err))
+    patch.status["conditions"] = [{"type": "Ready", "status": "False", "reason": "InvalidSpec",
+                                   "message": str(err), "lastTransitionTime": _now()}]
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def reconcile(body, spec, name, namespace, uid, meta, patch, memo, **_):
+    try:
+        parsed = parse_spec(dict(spec))
+    except SpecError as err:
+        _invalid(body, patch, err)
+        raise kopf.PermanentError(str(err)) from None
+    owner = Owner(name, namespace, uid)
+    kube = memo.kube
+    if memo.get("state") is None:
+        current = kube.get("apps/v1", "Deployment", namespace, engine_name(owner))
+        memo.state = initial_state(current["spec"].get("replicas") if current else None, parsed)
+    try:
+        for obj in render(parsed, owner, memo.images, memo.state.replicas):
+            kube.apply(obj)
+    except KubeError as err:
+        kopf.event(body, type="Warning", reason="ApplyFailed", message=str(err))
+        raise kopf.TemporaryError(f"apply failed: {err}", delay=15) from None
+    memo.fit = _fit(parsed)
+    memo.applied_at = time.monotonic()
+    _publish(body, patch, parsed, Observation(desired_replicas=memo.state.replicas, fit_level=memo.fit[0],
+                                              fit_message=memo.fit[1]), meta.get("generation"), owner)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_S)
+def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
+    try:
+        parsed = parse_spec(dict(spec))
+    except SpecError:
+        return  # reconcile reported it
+    now = time.monotonic()
+    if memo.get("state") is None or now - memo.get("last_tick", -1e9) < parsed.autoscaling.interval_seconds:
+        return
+    memo.last_tick = now
+    owner = Owner(name, namespace, uid)
+    kube = memo.kube
+    try:
+        pods = kube.list("v1", "Pod", namespace, selector_string(owner, "engine"))
+        gateway_pods = kube.list("v1", "Pod", namespace, selector_string(owner, "gateway"))
+        deployment = kube.get("apps/v1", "Deployment", namespace, engine_name(owner))
+    except KubeError as err:
+        log.warning("%s/%s: cannot read the cluster this tick: %s", namespace, name, err)
+        return
+    found = engine_pods(pods)
+    urls = {pod: f"http://{ip}:{parsed.engine.port}" for pod, ip in found.ready.items()}
+    gateway_url = memo.gateway_url_template.format(name=name, namespace=namespace, port=SERVICE_PORT)
+    scr = scrape(urls, gateway_url, found.starting, time.time())
+    result = tick(parsed, memo.state, memo.get("scrape"), scr, time.time())
+    memo.scrape = scr
+    decision = result.decision
+    scaled_at = None
+    if decision.replicas != memo.state.replicas or (deployment and deployment["spec"].get("replicas")
+                                                    != decision.replicas):
+        try:
+            kube.apply(engine_deployment(parsed, owner, memo.images, decision.replicas))
+        except KubeError as err:
+            kopf.event(body, type="Warning", reason="ScaleFailed", message=str(err))
+            return  # keep the old state: the next tick tries again
+        if decision.replicas != memo.state.replicas:
+            up = decision.replicas > memo.state.replicas
+            kopf.event(body, type="Normal", reason="ScaledUp" if up else "ScaledDown",
+                       message=f"{memo.state.replicas} -> {decision.replicas}: {decision.reason}")
+            scaled_at = _now()
+    memo.state = decision.state
+    dstatus = (deployment or {}).get("status") or {}
+    ref = parsed.overflow.api_key_secret_ref
+    obs = Observation(
+        replicas=dstatus.get("replicas", 0), ready_replicas=dstatus.get("readyReplicas", 0),
+        desired_replicas=decision.replicas, gateway_ready=any_ready(gateway_pods), signals=result.signals,
+        scale_reason=decision.reason if scaled_at else (body.get("status") or {}).get("lastScaleReason"),
+        scaled_at=scaled_at, fit_level=memo.get("fit", (None, ""))[0], fit_message=memo.get("fit", (None, ""))[1],
+        secret_problem=secret_problem(gateway_pods, ref.name) if parsed.overflow.enabled and ref else None)
+    _publish(body, patch, parsed, obs, meta.get("generation"), owner)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_):
+    # Progress and diff-base live in annotations: the structural status schema would prune kopf's own fields.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="serving.floodway.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="serving.floodway.io", key="last-handled-configuration")
+    settings.posting.level = logging.WARNING  # our own events say what happened; kopf adds only its errors
+    settings.watching.server_timeout = 120

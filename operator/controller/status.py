@@ -1,0 +1,108 @@
+"""The InferenceService status as a pure function of what the operator observed."""
+
+import math
+from dataclasses import dataclass
+
+from floodway.operator.autoscaler.signals import Signals
+from floodway.operator.controller.conditions import set_condition
+from floodway.operator.spec import InferenceServiceSpec
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one reconcile or tick saw. Counts are None when unknown (e.g. the Deployment does not exist yet)."""
+
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    desired_replicas: int | None = None
+    gateway_ready: bool | None = None
+    signals: Signals | None = None
+    scale_reason: str | None = None
+    scaled_at: str | None = None  # RFC 3339, set when this tick changed the replica count
+    fit_level: str | None = None  # planner: "ok" | "warning" | "refuse"
+    fit_message: str = ""
+    secret_problem: str | None = None  # why the overflow key cannot reach the gateway, if it cannot
+
+
+def _round(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None or math.isnan(x) else round(x, digits)
+
+
+def observed(signals: Signals) -> dict:
+    total = signals.arrival_rate
+    out = {"waiting": _round(signals.total_waiting + signals.held), "running": _round(signals.total_running),
+           "kvCacheUsage": _round(sum(signals.kv_usage) / len(signals.kv_usage)) if signals.kv_usage else None,
+           "sloAttainment": _round(signals.attainment), "goodput": _round(signals.goodput),
+           "arrivalRate": _round(signals.arrival_rate),
+           "overflowRate": _round(signals.overflow_rate / total if total > 0 else 0.0)}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def build_status(spec: InferenceServiceSpec, previous: dict, obs: Observation, now: str, generation: int | None,
+                 selector: str, url: str) -> dict:
+    """The new status; `previous` is the current status (its conditions keep their transition times)."""
+    conds = list(previous.get("conditions") or [])
+    status = {"observedGeneration": generation, "selector": selector, "url": url}
+    for key, value in (("replicas", obs.replicas), ("readyReplicas", obs.ready_replicas),
+                       ("desiredReplicas", obs.desired_replicas)):
+        if value is not None:
+            status[key] = value
+    if obs.scaled_at:
+        status["lastScaleTime"] = obs.scaled_at
+    if obs.scale_reason:
+        status["lastScaleReason"] = obs.scale_reason
+
+    def cond(type_, state, reason, message):
+        nonlocal conds
+        conds = set_condition(conds, type_, state, reason, message, now, generation)
+
+    ready, desired = obs.ready_replicas or 0, obs.desired_replicas
+    if obs.gateway_ready is False:
+        cond("Ready", "False", "GatewayNotReady", "the gateway has no ready pod")
+    elif ready > 0:
+        cond("Ready", "True", "ReplicasReady", f"{ready} engine replica(s) ready")
+    elif desired == 0 and spec.overflow.enabled:
+        cond("Ready", "True", "ScaledToZero", "no engine replica; the gateway overflows until one starts")
+    else:
+        cond("Ready", "False", "NoReadyReplica", "waiting for an engine replica to load the model")
+
+    if desired is not None and obs.replicas is not None and (desired != obs.replicas or ready < desired):
+        direction = "ScalingUp" if desired > ready else "ScalingDown"
+        cond("Scaling", "True", direction, obs.scale_reason or f"{ready} of {desired} replicas ready")
+    else:
+        cond("Scaling", "False", "Stable", obs.scale_reason or "replicas match the autoscaler's decision")
+
+    if obs.signals is not None:
+        status["observed"] = observed(obs.signals)
+        rate = obs.signals.overflow_rate
+        if not spec.overflow.enabled:
+            cond("Overflowing", "False", "OverflowDisabled", "overflow is not enabled for this service")
+        elif rate > 0:
+            cond("Overflowing", "True", "OverflowActive", f"{rate:.2f} requests/s sent to {spec.overflow.base_url}")
+        else:
+            cond("Overflowing", "False", "LocalCapacity", "all requests served locally")
+        att = obs.signals.attainment
+        if att is not None and att < spec.slo.attainment:
+            cond("SLOAtRisk", "True", "AttainmentBelowTarget",
+                 f"SLO attainment {att:.3f} < target {spec.slo.attainment:g} (TTFT {spec.slo.ttft_ms:g} ms, "
+                 f"TPOT {spec.slo.tpot_ms:g} ms)")
+        elif att is not None:
+            cond("SLOAtRisk", "False", "AttainmentMet", f"SLO attainment {att:.3f}")
+    elif "observed" in previous:
+        status["observed"] = previous["observed"]
+
+    if obs.fit_level is not None:
+        if obs.fit_level == "ok":
+            cond("FitsGPU", "True", "Fits", obs.fit_message)
+        else:
+            cond("FitsGPU", "False", "DoesNotFit" if obs.fit_level == "refuse" else "TightFit", obs.fit_message)
+
+    if spec.overflow.enabled:
+        if obs.secret_problem:
+            cond("OverflowKeyAvailable", "False", "SecretMissing", obs.secret_problem)
+        elif obs.gateway_ready:
+            cond("OverflowKeyAvailable", "True", "SecretMounted", "the gateway reads the overflow API key")
+    else:
+        conds = [c for c in conds if c["type"] != "OverflowKeyAvailable"]
+    status["conditions"] = conds
+    return status

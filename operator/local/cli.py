@@ -1,0 +1,88 @@
+"""`floodway up [FILE]`: run an InferenceService on this machine."""
+
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @app.command()
+    def up(
+        file: Path = typer.Argument(None, help="InferenceService YAML (default: the built-in model with "
+                                    "autoscaling and overflow to a local stand-in engine)."),
+        port: int = typer.Option(8000, help="Gateway port: clients send OpenAI requests here."),
+        host: str = typer.Option("127.0.0.1", help="Gateway listen address."),
+        local_overflow: bool = typer.Option(None, "--local-overflow/--no-local-overflow",
+                                            help="Start a second local engine as the overflow API (default: on "
+                                            "without FILE, off with FILE)."),
+        workdir: Path = typer.Option(None, help="Folder for the gateway config and process logs."),
+        status_file: Path = typer.Option(None, help="Write the status as JSON here each tick."),
+        ticks: int = typer.Option(0, help="Stop after this many autoscaler ticks (0: run until Ctrl-C)."),
+    ) -> None:
+        """Run an InferenceService locally: engines, gateway and autoscaler, with the cluster's rules."""
+        from floodway.operator import procs
+        from floodway.operator.local.manifest import DEFAULT_MANIFEST, build, overflow_key
+        from floodway.operator.local.runner import LocalRunner, status_line
+        from floodway.operator.spec import SpecError, load
+        from floodway.operator.spec.resource import parse
+
+        work = str(workdir or tempfile.mkdtemp(prefix="floodway-up-"))
+        Path(work).mkdir(parents=True, exist_ok=True)
+        use_stand_in = local_overflow if local_overflow is not None else file is None
+        try:
+            doc = DEFAULT_MANIFEST if file is None else load(file).model_dump(by_alias=True, exclude_none=True)
+            parse(doc)  # the file as written must pass before any local override
+        except SpecError as e:
+            typer.echo(f"invalid InferenceService {file or '(built-in)'}:\n{e}", err=True)
+            raise typer.Exit(2) from None
+
+        try:  # every check before anything starts; the stand-in's real URL replaces this one below
+            obj = build(doc, "http://127.0.0.1:1/v1" if use_stand_in else None)
+            key = overflow_key(obj)
+        except SpecError as e:
+            typer.echo(f"cannot run {file or '(built-in)'} locally:\n{e}", err=True)
+            raise typer.Exit(2) from None
+
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        stand_in = runner = None
+        failed = None
+        try:
+            if use_stand_in:
+                sport = procs.free_port()
+                model = doc["spec"]["model"]
+                served = (doc["spec"].get("overflow") or {}).get("model") or doc["spec"].get("servedModelName") \
+                    or model
+                typer.echo(f"starting the local overflow stand-in engine on port {sport}")
+                stand_in = procs.start([*procs.FLOODWAY_ARGV, "engine", "--model", model, "--host", "127.0.0.1",
+                                        "--port", str(sport), "--served-model-name", served], sport, "/ready", 300.0,
+                                       log_path=f"{work}/overflow-engine.log")
+                obj = build(doc, f"http://127.0.0.1:{stand_in.port}/v1")
+            runner = LocalRunner(obj, work, port, key, host, str(status_file) if status_file else None)
+            typer.echo(f"starting {obj.spec.replicas.min} of {obj.spec.replicas.max} engine replica(s) of "
+                       f"{obj.spec.model} and the gateway (logs in {work})")
+            runner.start()
+            typer.echo(f"send OpenAI requests to {runner.url}  (model {obj.spec.model_name!r}); Ctrl-C stops")
+            n = 0
+            while not stop.wait(obj.spec.autoscaling.interval_seconds):
+                typer.echo(status_line(obj.metadata.name, runner.step()))
+                sys.stdout.flush()
+                n += 1
+                if ticks and n >= ticks:
+                    break
+        except RuntimeError as e:  # a process that would not start; its log tail is in the message
+            failed = e
+        finally:
+            typer.echo("stopping engines and gateway")
+            if runner is not None:
+                runner.close()
+            if stand_in is not None:
+                stand_in.stop()
+        if failed is not None:
+            typer.echo(f"floodway up: {failed}", err=True)
+            raise typer.Exit(1)

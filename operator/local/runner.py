@@ -1,0 +1,104 @@
+"""The local control loop: the same tick() and build_status() as the operator, acting on processes."""
+
+import json
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+from floodway.operator import procs
+from floodway.operator.controller.scaling import initial_state, tick
+from floodway.operator.controller.scrape import scrape
+from floodway.operator.controller.status import Observation, build_status
+from floodway.operator.local.pool import EnginePool
+from floodway.operator.render.engine import engine_args, ready_path
+from floodway.operator.render.gateway import API_KEY_ENV, gateway_config
+from floodway.operator.spec import InferenceService
+
+ENGINE_START_TIMEOUT_S = 300.0
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_line(name: str, status: dict) -> str:
+    o = status.get("observed", {})
+    conds = {c["type"]: c["status"] for c in status.get("conditions", [])}
+
+    def num(key, fmt="{:.2f}"):
+        return "-" if o.get(key) is None else fmt.format(o[key])
+
+    return (f"{name}: replicas {status.get('readyReplicas', 0)}/{status.get('desiredReplicas', 0)} ready  "
+            f"waiting {num('waiting', '{:g}')}  running {num('running', '{:g}')}  kv {num('kvCacheUsage')}  "
+            f"slo {num('sloAttainment')}  arrivals/s {num('arrivalRate')}  overflow {num('overflowRate')}  "
+            f"{'OVERFLOWING  ' if conds.get('Overflowing') == 'True' else ''}"
+            f"| {status.get('lastScaleReason', '')}")
+
+
+class LocalRunner:
+    def __init__(self, obj: InferenceService, workdir: str, port: int, api_key: str | None,
+                 host: str = "127.0.0.1", status_file: str | None = None):
+        self.obj, self.spec = obj, obj.spec
+        self.workdir, self.host, self.port, self.api_key = Path(workdir), host, port, api_key
+        self.status_file = status_file
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ports = [procs.free_port() for _ in range(self.spec.replicas.max)]
+        self.pool = EnginePool(ports, self._engine_argv, str(self.workdir), ready_path(self.spec),
+                               ENGINE_START_TIMEOUT_S)
+        self.gateway: procs.Proc | None = None
+        self.state = initial_state(self.spec.replicas.min, self.spec)
+        self.previous = None
+        self.status: dict = {}
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def _engine_argv(self, port: int) -> list[str]:
+        return [*procs.FLOODWAY_ARGV, "engine", *engine_args(self.spec, "127.0.0.1", port)]
+
+    def start(self) -> None:
+        backends = {"static": [s.url for s in self.pool.slots]}
+        config = gateway_config(self.spec, backends, self.port, self.host)
+        if not self.spec.overflow.enabled:
+            config["overflow"].pop("api_key_env", None)
+        path = self.workdir / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        env = {API_KEY_ENV: self.api_key} if self.api_key else {}
+        self.pool.scale_to(self.state.replicas)
+        self.gateway = procs.start([*procs.FLOODWAY_ARGV, "gateway", "--config", str(path)], self.port, "/health",
+                                   60.0, env=env, log_path=str(self.workdir / "gateway.log"))
+
+    def step(self) -> dict:
+        """One tick: scrape, decide, act on processes, and compute the status the operator would write."""
+        _, ready, starting = self.pool.counts()
+        scr = scrape(self.pool.ready(), self.gateway.url if self.gateway else None, starting, time.time())
+        result = tick(self.spec, self.state, self.previous, scr, time.time())
+        self.previous = scr
+        moved = result.decision.replicas != self.state.replicas
+        self.state = result.decision.state
+        self.pool.scale_to(result.decision.replicas)
+        replicas, ready, _ = self.pool.counts()
+        obs = Observation(replicas=replicas, ready_replicas=ready, desired_replicas=result.decision.replicas,
+                          gateway_ready=self.gateway is not None and self.gateway.alive(), signals=result.signals,
+                          scale_reason=result.decision.reason if moved else self.status.get("lastScaleReason"),
+                          scaled_at=_now() if moved else self.status.get("lastScaleTime"))
+        self.status = build_status(self.spec, self.status, obs, _now(), None, "", self.url)
+        self._write_status()
+        return self.status
+
+    def _write_status(self) -> None:
+        if not self.status_file:
+            return
+        tmp = f"{self.status_file}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"time": time.time(), "status": self.status,
+                       "engines": {s.index: s.state for s in self.pool.slots}}, f)
+        os.replace(tmp, self.status_file)
+
+    def close(self) -> None:
+        self.pool.stop_all()
+        if self.gateway is not None:
+            self.gateway.stop()

@@ -1,0 +1,128 @@
+"""`floodway up` with real processes: a burst through the gateway scales the engines up, engages overflow
+to the local stand-in engine, and once the burst ends the autoscaler scales back down. Short autoscaler
+windows in the spec keep it to a minute or two."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from floodway.operator import procs
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SPEC = {
+    "apiVersion": "serving.floodway.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": "burst"},
+    "spec": {
+        "model": "floodway/tiny-llama",
+        "engine": {"maxModelLen": 256, "maxNumSeqs": 2},
+        "resources": {"gpus": 0},
+        "replicas": {"min": 1, "max": 2},
+        "slo": {"ttftMs": 5000, "tpotMs": 1000},
+        "autoscaling": {"intervalSeconds": 1, "targetConcurrency": 2, "scaleUpWindowSeconds": 2,
+                        "panicHoldSeconds": 2, "scaleDownStabilizationSeconds": 4},
+        "overflow": {"maxWaitingPerReplica": 1},
+    },
+}
+MAX_REQUESTS = 600  # bound on the burst, whatever the machine's speed
+WORKERS = 8
+
+
+def read_status(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def wait_for(what: str, check, proc: subprocess.Popen, log: Path, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"floodway up exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)  # poll interval; the deadline bounds the wait
+    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+
+
+def test_burst_scales_up_overflows_and_scales_down(tmp_path, floodway_cmd):
+    spec_file, status_file, log = tmp_path / "isvc.yaml", tmp_path / "status.json", tmp_path / "up.log"
+    spec_file.write_text(yaml.safe_dump(SPEC))
+    port = procs.free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*floodway_cmd, "up", str(spec_file), "--local-overflow", "--port", str(port),
+                                 "--workdir", str(tmp_path / "work"), "--status-file", str(status_file)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def status() -> dict:
+            return read_status(status_file).get("status", {})
+
+        wait_for("the first engine", lambda: status().get("readyReplicas", 0) >= 1, proc, log, 300)
+
+        backends: dict[str, int] = {}
+        codes: dict[int, int] = {}
+        sent = [0]
+        stop = threading.Event()
+        lock = threading.Lock()
+
+        def worker():
+            with httpx.Client(timeout=120) as client:
+                while not stop.is_set():
+                    with lock:
+                        if sent[0] >= MAX_REQUESTS:
+                            return
+                        sent[0] += 1
+                    r = client.post(f"http://127.0.0.1:{port}/v1/completions", json={
+                        "model": "floodway/tiny-llama", "prompt": "Once upon a time", "max_tokens": 24,
+                        "temperature": 0})
+                    with lock:
+                        codes[r.status_code] = codes.get(r.status_code, 0) + 1
+                        b = r.headers.get("x-floodway-backend", "?")
+                        backends[b] = backends.get(b, 0) + 1
+
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(WORKERS)]
+        for t in threads:
+            t.start()
+        try:
+            wait_for("scale-up to 2 ready replicas and overflow",
+                     lambda: status().get("readyReplicas", 0) >= 2 and backends.get("overflow", 0) > 0,
+                     proc, log, 240)
+            peak = status()
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=150)
+        assert peak["desiredReplicas"] == 2
+        assert peak["lastScaleReason"].startswith(("panic", "scale up")), peak["lastScaleReason"]
+        assert backends["overflow"] > 0 and sum(v for k, v in backends.items() if k != "overflow") > 0, backends
+        assert not any(code >= 500 for code in codes), codes
+
+        down = wait_for("scale-down to 1 replica",
+                        lambda: (s := read_status(status_file)) and s["status"].get("desiredReplicas") == 1
+                        and s["engines"].get("1") == "stopped" and s, proc, log, 120)
+        assert "scale down" in down["status"]["lastScaleReason"]
+        assert down["status"]["readyReplicas"] == 1
+        assert any(c["type"] == "Overflowing" for c in down["status"]["conditions"])
+        text = log.read_text()
+        assert f"send OpenAI requests to http://127.0.0.1:{port}/v1" in text and "burst: replicas" in text
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # Ctrl-C equivalent: `floodway up` stops what it started
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert "stopping engines and gateway" in log.read_text()
+    backends_started = yaml.safe_load((tmp_path / "work" / "gateway.yaml").read_text())["backends"]["static"]
+    for url in [f"http://127.0.0.1:{port}", *backends_started]:
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{url}/health", timeout=2)

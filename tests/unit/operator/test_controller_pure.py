@@ -1,0 +1,163 @@
+"""The operator's decisions without a cluster: policy mapping, ticks, status, events, pods, lease, paths."""
+
+import dataclasses
+
+import pytest
+from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState
+from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals
+from floodway.operator.controller.conditions import set_condition, transition_events
+from floodway.operator.controller.kube import object_path
+from floodway.operator.controller.lease import LeaseView, lease_action, micro_time, parse_time, view_of
+from floodway.operator.controller.pods import any_ready, engine_pods, secret_problem
+from floodway.operator.controller.scaling import autoscaler_policy, initial_state, tick
+from floodway.operator.controller.status import Observation, build_status
+from floodway.operator.spec import InferenceServiceSpec
+
+pytestmark = pytest.mark.unit
+
+T0 = "2026-01-01T00:00:00Z"
+T1 = "2026-01-01T00:01:00Z"
+
+
+def spec(**kw) -> InferenceServiceSpec:
+    return InferenceServiceSpec.model_validate({"model": "m", **kw})
+
+
+def test_spec_defaults_are_the_autoscaler_defaults():
+    mapped, default = autoscaler_policy(spec()), AutoscalerPolicy()
+    for f in dataclasses.fields(AutoscalerPolicy):
+        if f.name not in ("min_replicas", "max_replicas", "assumed_request_s"):
+            assert getattr(mapped, f.name) == getattr(default, f.name), f.name
+
+
+def test_policy_follows_the_spec():
+    p = autoscaler_policy(spec(replicas={"min": 0, "max": 3}, slo={"attainment": 0.9},
+                               autoscaling={"targetConcurrency": 2, "scaleToZeroAfterSeconds": 30}))
+    assert (p.min_replicas, p.max_replicas, p.target_concurrency, p.slo_attainment, p.scale_to_zero_after_s) == (
+        0, 3, 2, 0.9, 30)
+
+
+def busy(t: float, waiting: float, finished: float = 0.0) -> Scrape:
+    return Scrape(time=t, engines={"e0": EngineSample(running=4, waiting=waiting, kv_usage=0.5,
+                                                      finished_total=finished)},
+                  gateway=GatewaySample(requests_total=10 * t, overflow_total=2 * t))
+
+
+def test_tick_scales_up_on_queue_and_reports_signals():
+    s = spec(replicas={"min": 1, "max": 4}, autoscaling={"targetConcurrency": 4})
+    first = tick(s, initial_state(1, s), None, busy(100.0, waiting=20), 100.0)
+    assert first.decision.replicas > 1 and first.signals.ready == 1
+    second = tick(s, first.decision.state, busy(100.0, 20), busy(105.0, 20), 105.0)
+    assert second.signals.arrival_rate == pytest.approx(10.0) and second.signals.overflow_rate == pytest.approx(2.0)
+
+
+def test_tick_holds_min_when_autoscaling_is_off():
+    s = spec(replicas={"min": 2, "max": 4}, autoscaling={"enabled": False})
+    assert tick(s, ScalerState(replicas=3), None, busy(1.0, 50), 1.0).decision.replicas == 2
+
+
+@pytest.mark.parametrize("current, expected", [(None, 1), (0, 1), (3, 3), (9, 4)])
+def test_initial_state_is_within_bounds(current, expected):
+    assert initial_state(current, spec(replicas={"min": 1, "max": 4})).replicas == expected
+
+
+def conds(status: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_status_ready_scaling_and_columns():
+    s = spec(overflow={"enabled": True, "baseURL": "https://x/v1", "apiKeySecretRef": {"name": "k", "key": "v"}})
+    sig = Signals(ready=1, running=(3.0,), waiting=(5.0,), kv_usage=(0.4,), arrival_rate=4.0, overflow_rate=1.0,
+                  attainment=0.95, goodput=2.0, finished_rate=2.5)
+    st = build_status(s, {}, Observation(replicas=1, ready_replicas=1, desired_replicas=3, gateway_ready=True,
+                                         signals=sig, scale_reason="scale up: demand", scaled_at=T0,
+                                         fit_level="warning", fit_message="tight"), T0, 2, "a=b", "http://u/v1")
+    c = conds(st)
+    assert c["Ready"]["status"] == "True" and c["Scaling"]["reason"] == "ScalingUp"
+    assert c["Overflowing"]["status"] == "True" and c["SLOAtRisk"]["status"] == "True"
+    assert c["FitsGPU"]["status"] == "False" and c["FitsGPU"]["message"] == "tight"
+    assert c["OverflowKeyAvailable"]["status"] == "True"
+    assert st["observed"] == {"waiting": 5.0, "running": 3.0, "kvCacheUsage": 0.4, "sloAttainment": 0.95,
+                              "goodput": 2.0, "arrivalRate": 4.0, "overflowRate": 0.25}
+    assert (st["readyReplicas"], st["desiredReplicas"], st["lastScaleTime"], st["selector"]) == (1, 3, T0, "a=b")
+    assert all(x["observedGeneration"] == 2 for x in st["conditions"])
+
+
+def test_status_keeps_transition_time_while_unchanged():
+    obs = Observation(replicas=1, ready_replicas=1, desired_replicas=1, gateway_ready=True)
+    first = build_status(spec(), {}, obs, T0, 1, "", "")
+    again = build_status(spec(), first, obs, T1, 1, "", "")
+    assert conds(again)["Ready"]["lastTransitionTime"] == T0
+    down = build_status(spec(), again, dataclasses.replace(obs, ready_replicas=0), T1, 1, "", "")
+    assert conds(down)["Ready"]["status"] == "False" and conds(down)["Ready"]["lastTransitionTime"] == T1
+
+
+def test_status_missing_secret_and_scale_to_zero():
+    s = spec(replicas={"min": 0, "max": 2},
+             overflow={"enabled": True, "baseURL": "https://x/v1", "apiKeySecretRef": {"name": "k", "key": "v"}})
+    st = build_status(s, {}, Observation(replicas=0, ready_replicas=0, desired_replicas=0, gateway_ready=False,
+                                         secret_problem="overflow API key unavailable: secret \"k\" not found"),
+                      T0, 1, "", "")
+    c = conds(st)
+    assert c["OverflowKeyAvailable"]["reason"] == "SecretMissing" and c["Ready"]["reason"] == "GatewayNotReady"
+    st = build_status(s, {}, Observation(replicas=0, ready_replicas=0, desired_replicas=0, gateway_ready=True),
+                      T0, 1, "", "")
+    assert conds(st)["Ready"]["reason"] == "ScaledToZero"
+
+
+def test_events_only_on_changes():
+    a = set_condition([], "FitsGPU", "False", "TightFit", "only 3 sequences fit", T0)
+    assert [e.type for e in transition_events([], a)] == ["Warning"]
+    assert transition_events(a, set_condition(a, "FitsGPU", "False", "TightFit", "same", T1)) == []
+    healthy = set_condition([], "Ready", "True", "ReplicasReady", "ok", T0)
+    assert transition_events([], healthy) == []
+    lost = set_condition(healthy, "Ready", "False", "NoReadyReplica", "none", T1)
+    assert [(e.type, e.reason) for e in transition_events(healthy, lost)] == [("Warning", "NoReadyReplica")]
+    back = set_condition(lost, "Ready", "True", "ReplicasReady", "ok", T1)
+    assert [(e.type, e.reason) for e in transition_events(lost, back)] == [("Normal", "ReplicasReady")]
+
+
+def pod(name, ready=True, ip="10.0.0.1", phase="Running", deleting=False, waiting=None):
+    p = {"metadata": {"name": name}, "status": {"phase": phase, "podIP": ip, "conditions": [
+        {"type": "Ready", "status": "True" if ready else "False"}]}}
+    if deleting:
+        p["metadata"]["deletionTimestamp"] = T0
+    if waiting:
+        p["status"]["containerStatuses"] = [{"name": "gateway", "state": {"waiting": waiting}}]
+    return p
+
+
+def test_engine_pods_ready_starting_and_draining():
+    found = engine_pods([pod("a"), pod("b", ready=False), pod("c", deleting=True), pod("d", phase="Failed",
+                                                                                          ready=False)])
+    assert found.ready == {"a": "10.0.0.1"} and found.starting == 1
+    assert any_ready([pod("a")]) and not any_ready([pod("a", deleting=True)])
+
+
+def test_secret_problem_from_kubelet_state():
+    msg = 'secret "overflow-key" not found'
+    pods = [pod("g", ready=False, waiting={"reason": "CreateContainerConfigError", "message": msg})]
+    assert msg in secret_problem(pods, "overflow-key")
+    assert secret_problem(pods, "other") is None and secret_problem([pod("g")], "overflow-key") is None
+
+
+@pytest.mark.parametrize("view, action", [
+    (None, "create"), (LeaseView("me", 100.0, 15), "renew"), (LeaseView("other", 100.0, 15), "wait"),
+    (LeaseView("other", 80.0, 15), "acquire"), (LeaseView(None, None, 15), "acquire"),
+    (LeaseView("", 100.0, 15), "acquire")])
+def test_lease_action(view, action):
+    assert lease_action(view, "me", 100.0) == action
+
+
+def test_lease_times_round_trip():
+    t = 1_790_000_000.123456
+    assert parse_time(micro_time(t)) == pytest.approx(t, abs=1e-6)
+    lease = {"spec": {"holderIdentity": "x", "renewTime": micro_time(t), "leaseDurationSeconds": 20}}
+    assert view_of(lease) == LeaseView("x", pytest.approx(t, abs=1e-6), 20.0)
+
+
+def test_object_paths():
+    assert object_path("v1", "Service", "ns", "a") == "/api/v1/namespaces/ns/services/a"
+    assert object_path("apps/v1", "Deployment", "ns") == "/apis/apps/v1/namespaces/ns/deployments"
+    assert object_path("serving.floodway.io/v1alpha1", "InferenceService", "ns", "x", "status") == (
+        "/apis/serving.floodway.io/v1alpha1/namespaces/ns/inferenceservices/x/status")
