@@ -35,7 +35,7 @@ class AutoscalerPolicy:
     panic_threshold: float = 2.0
     panic_hold_s: float = 60.0
     scale_down_stabilization_s: float = 180.0
-    scale_down_utilization: float = 0.8
+    scale_down_utilization: float = 0.7
     max_step_down: int = 1
     scale_to_zero_after_s: float | None = None
     assumed_request_s: float = 10.0  # service time assumed for overflowed demand before any is observed

@@ -25,7 +25,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         attainment: float = typer.Option(0.99, help="SLO attainment target."),
         target_concurrency: float = typer.Option(None, help="Our policy's (and KPA's) in-flight target per replica."),
         overflow_max_waiting: float = typer.Option(2.0, help="Gateway overflows at this many waiting per replica."),
+        overflow_ttft_factor: float = typer.Option(0.5, help="Gateway overflows when the predicted TTFT exceeds this "
+                                                             "share of the TTFT SLO (its predicted_ttft_factor)."),
         overflow_rpm: float = typer.Option(None, help="Overflow budget in requests per minute (default unlimited)."),
+        scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: shared/data/traces)."),
         seed: int = typer.Option(0, help="Seed of synthetic traces."),
@@ -36,8 +39,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         try:
             out = run_cli(Options(trace, scenario, list(policy or []) or list(DEFAULT_POLICIES), overflow, png,
                                   compress, profile, max_num_seqs, cold_start, ttft_slo, tpot_slo, attainment,
-                                  target_concurrency, overflow_max_waiting, overflow_rpm, static_peak, traces_dir,
-                                  seed))
+                                  target_concurrency, overflow_max_waiting, overflow_ttft_factor, overflow_rpm,
+                                  scale_to_zero, static_peak, traces_dir, seed))
         except (ValueError, FileNotFoundError) as e:
             raise typer.BadParameter(str(e)) from None
         typer.echo(out)

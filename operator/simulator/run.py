@@ -29,7 +29,9 @@ class Options:
     attainment: float = 0.99
     target_concurrency: float | None = None
     overflow_max_waiting: float = 2.0
+    overflow_ttft_factor: float = 0.5
     overflow_rpm: float | None = None
+    scale_to_zero_s: float | None = None
     static_peak: int | None = None
     traces_dir: str | None = None
     seed: int = 0
@@ -65,9 +67,10 @@ def prepare(opts: Options):
     budget = BudgetLimits(requests_per_minute=opts.overflow_rpm)
     cfg = SimConfig(profile=profile, cold_start_s=opts.cold_start_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
                     overflow=OverflowPolicy(max_waiting_per_replica=opts.overflow_max_waiting, ttft_slo_s=ttft,
-                                            budget=budget))
+                                            predicted_ttft_factor=opts.overflow_ttft_factor, budget=budget))
     ours = AutoscalerPolicy(target_concurrency=_pick(opts.target_concurrency, sc.target_concurrency),
-                            slo_attainment=opts.attainment)
+                            slo_attainment=opts.attainment, min_replicas=0 if opts.scale_to_zero_s is not None else 1,
+                            scale_to_zero_after_s=opts.scale_to_zero_s)
     specs = [p if not opts.overflow or p.endswith(compare.OVERFLOW_SUFFIX) else p + compare.OVERFLOW_SUFFIX
              for p in opts.policies]
     for p in specs:

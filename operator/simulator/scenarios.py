@@ -23,7 +23,7 @@ SCENARIOS = {
     "azure-4x": Scenario("azure-conv", "Azure 2023 conversation trace replayed 4x faster (58 min -> 15 min)",
                          compress=4.0),
     "mooncake": Scenario("mooncake", "Mooncake conversation trace (long prompts), 3 s ticks spread",
-                         spread_tick_s=3.0, ttft_slo_s=5.0, tpot_slo_s=0.1, target_concurrency=16.0),
+                         spread_tick_s=3.0, ttft_slo_s=5.0, tpot_slo_s=0.1, target_concurrency=20.0),
     "idle-burst": Scenario("idle-burst:base_rate=0.2,burst_rate=25,burst_at_s=1800,burst_len_s=1800,bursts=1,"
                            "duration_s=18000",
                            "5 h mostly idle (0.2 req/s) with one 30 min burst of 25 req/s (>10x the mean)"),

@@ -62,7 +62,7 @@ def test_scales_down_after_the_stabilization_window_one_step_at_a_time():
     first_drop = next(i for i, d in enumerate(ds) if d.replicas < 6)
     assert first_drop * P.interval_s >= P.scale_down_stabilization_s
     assert all(a.replicas - b.replicas <= 1 for a, b in zip(ds, ds[1:], strict=False))
-    assert ds[-1].replicas == 2  # 10 in flight fits 2 replicas at 80% of target 10
+    assert ds[-1].replicas == 2  # 10 in flight fits 2 replicas at 70% of target 10
     assert "scale down" in next(d.reason for d in ds if d.replicas < 6)
 
 
