@@ -37,7 +37,9 @@ def _fit(spec) -> tuple[str, str]:
                            gpu_memory_utilization=e.gpu_memory_utilization, gpus=r.gpus, gpu_type=r.gpu_type,
                            gpu_memory=gpu_memory, block_size=e.block_size)
     except Exception as exc:  # the fit check is advice: its failure must not block serving
-        return "warning", f"fit not checked: {exc}"
+        return "unchecked", f"fit not checked: {exc}"
+    if result.level == "ok" and result.details.get("checked") is False:
+        return "unchecked", result.message
     return result.level, result.message
 
 
@@ -104,7 +106,8 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
         return
     found = engine_pods(pods)
     urls = {pod: f"http://{ip}:{parsed.engine.port}" for pod, ip in found.ready.items()}
-    gateway_url = memo.gateway_url_template.format(name=name, namespace=namespace, port=SERVICE_PORT)
+    template = memo.gateway_url_template
+    gateway_url = template.format(name=name, namespace=namespace, port=SERVICE_PORT) if template else None
     scr = scrape(urls, gateway_url, found.starting, time.time())
     result = tick(parsed, memo.state, memo.get("scrape"), scr, time.time())
     memo.scrape = scr

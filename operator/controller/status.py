@@ -19,7 +19,7 @@ class Observation:
     signals: Signals | None = None
     scale_reason: str | None = None
     scaled_at: str | None = None  # RFC 3339, set when this tick changed the replica count
-    fit_level: str | None = None  # planner: "ok" | "warning" | "refuse"
+    fit_level: str | None = None  # planner: "ok" | "warning" | "refuse", or "unchecked"
     fit_message: str = ""
     secret_problem: str | None = None  # why the overflow key cannot reach the gateway, if it cannot
 
@@ -94,6 +94,8 @@ def build_status(spec: InferenceServiceSpec, previous: dict, obs: Observation, n
     if obs.fit_level is not None:
         if obs.fit_level == "ok":
             cond("FitsGPU", "True", "Fits", obs.fit_message)
+        elif obs.fit_level == "unchecked":
+            cond("FitsGPU", "Unknown", "NotChecked", obs.fit_message)
         else:
             cond("FitsGPU", "False", "DoesNotFit" if obs.fit_level == "refuse" else "TightFit", obs.fit_message)
 

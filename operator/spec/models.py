@@ -71,7 +71,7 @@ class ResourcesSpec(SpecModel):
     """NVIDIA GPUs per replica (nvidia.com/gpu); 0 runs on CPU."""
     gpu_type: str | None = None
     """GPU model (e.g. H100-80GB) for the planner's fit check."""
-    gpu_memory_gib: float | None = Field(None, gt=0)
+    gpu_memory_gib: float | None = Field(None, gt=0, alias="gpuMemoryGiB")
     """Memory of one GPU in GiB, when gpuType is not in the planner's table."""
     cpu: str | None = None
     """CPU request and limit of the engine container (a Kubernetes quantity)."""

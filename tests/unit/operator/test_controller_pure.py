@@ -161,3 +161,18 @@ def test_object_paths():
     assert object_path("apps/v1", "Deployment", "ns") == "/apis/apps/v1/namespaces/ns/deployments"
     assert object_path("serving.floodway.io/v1alpha1", "InferenceService", "ns", "x", "status") == (
         "/apis/serving.floodway.io/v1alpha1/namespaces/ns/inferenceservices/x/status")
+
+
+def test_fit_check_levels_become_conditions():
+    from floodway.operator.controller.handlers import _fit
+
+    level, message = _fit(spec(model="floodway/tiny-llama", resources={"gpus": 0}))
+    assert level == "unchecked" and "no GPU" in message
+    tight = spec(model="floodway/llama-150m", resources={"gpus": 1, "gpuMemoryGiB": 2},
+                 engine={"maxModelLen": 4096, "maxNumSeqs": 256, "dtype": "float32"})
+    level, message = _fit(tight)
+    assert level in ("warning", "refuse") and ("maxNumSeqs" in message or "maxModelLen" in message), message
+    st = build_status(tight, {}, Observation(fit_level=level, fit_message=message), T0, 1, "", "")
+    assert conds(st)["FitsGPU"]["status"] == "False"
+    st = build_status(tight, {}, Observation(fit_level="unchecked", fit_message="no GPU"), T0, 1, "", "")
+    assert conds(st)["FitsGPU"]["status"] == "Unknown"
