@@ -3,10 +3,12 @@ and of the checks `floodway up` runs. Field docstrings become the descriptions `
 
 from typing import ClassVar, Literal
 
+from floodway.operator.autoscaler.policy import AutoscalerPolicy
 from floodway.operator.spec.base import Rule, SpecModel
 from pydantic import Field
 
 RUNTIMES = ("floodway", "vllm")
+_POLICY = AutoscalerPolicy()  # the autoscaler's tuned defaults are the spec's defaults
 
 
 def _section(cls, description: str):
@@ -111,25 +113,25 @@ class AutoscalingSpec(SpecModel):
 
     enabled: bool = True
     """When false, the service runs replicas.min replicas."""
-    interval_seconds: float = Field(5, gt=0)
+    interval_seconds: float = Field(_POLICY.interval_s, gt=0)
     """Seconds between two autoscaler decisions."""
-    target_concurrency: float = Field(32, gt=0)
+    target_concurrency: float = Field(_POLICY.target_concurrency, gt=0)
     """Requests in flight (running plus queued) per replica at which a replica still meets the SLO."""
-    kv_cache_target: float = Field(0.85, gt=0, le=1)
+    kv_cache_target: float = Field(_POLICY.kv_target, gt=0, le=1)
     """KV-cache usage per replica the autoscaler keeps below."""
-    scale_up_window_seconds: float = Field(15, gt=0)
+    scale_up_window_seconds: float = Field(_POLICY.scale_up_window_s, gt=0)
     """Window over which demand is averaged for scaling up."""
-    max_scale_up_step: int = Field(4, ge=1)
+    max_scale_up_step: int = Field(_POLICY.max_step_up, ge=1)
     """Most replicas added by one decision (panic mode excepted)."""
-    panic_threshold: float = Field(2.0, ge=1)
+    panic_threshold: float = Field(_POLICY.panic_threshold, ge=1)
     """Demand over ready capacity ratio that jumps to the needed replicas at once and blocks scale-down."""
-    panic_hold_seconds: float = Field(60, ge=0)
+    panic_hold_seconds: float = Field(_POLICY.panic_hold_s, ge=0)
     """How long scale-down stays blocked after a panic."""
-    scale_down_stabilization_seconds: float = Field(180, ge=0)
+    scale_down_stabilization_seconds: float = Field(_POLICY.scale_down_stabilization_s, ge=0)
     """Replicas are removed only if the peak demand of this window fits the smaller pool."""
-    scale_down_utilization: float = Field(0.8, gt=0, le=1)
+    scale_down_utilization: float = Field(_POLICY.scale_down_utilization, gt=0, le=1)
     """Share of the smaller pool's capacity the peak demand may use for a scale-down."""
-    max_scale_down_step: int = Field(1, ge=1)
+    max_scale_down_step: int = Field(_POLICY.max_step_down, ge=1)
     """Most replicas removed by one decision."""
     scale_to_zero_after_seconds: float | None = Field(None, ge=0)
     """Idle time after which a service with replicas.min 0 scales to zero (unset: never)."""
