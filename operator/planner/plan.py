@@ -60,6 +60,7 @@ def make_plan(req: PlanRequest) -> dict:
     gpu = resolve_gpu(req.gpu, req.gpu_memory, req.gpu_bandwidth_gbs, req.gpu_tflops)
     max_model_len = req.max_model_len or default_max_model_len(shape)
     seq_tokens = req.prompt_tokens + req.output_tokens
+    context_tokens = req.prompt_tokens + req.output_tokens // 2  # a decoding sequence's average context
     if seq_tokens > max_model_len:
         raise PlanError(f"the expected request ({req.prompt_tokens} prompt + {req.output_tokens} output tokens) "
                         f"exceeds max_model_len {max_model_len}: the engine would reject it")
@@ -98,13 +99,15 @@ def make_plan(req: PlanRequest) -> dict:
         if at_expected < max_batch:
             max_batch, limited_by = at_expected, "KV cache"
         if fit.level != "refuse":
-            speed = bound_speed(shape, mem, gpu, req.gpus, req.prompt_tokens + req.output_tokens // 2)
+            speed = bound_speed(shape, mem, gpu, req.gpus, context_tokens)
         if gpu.bandwidth_bytes_per_s is not None:
             plan["decode_ceiling_batch1_tokens_per_s"] = decode_ceiling_tokens_per_s(
                 req.gpus * gpu.bandwidth_bytes_per_s, mem.weight_bytes)
     if req.profile:
         profile = load_profile(req.profile)
-        speed = profile_speed(profile)
+        speed = profile_speed(profile, context_tokens)
+        notes.append(f"profile step model (shared with `floodway simulate`): measured step at the batch size plus "
+                     f"{profile.decode_s_per_kv_token:.3g} s per context token read")
         if profile.model != req.model:
             notes.append(f"the profile was measured on model {profile.model!r}, not {req.model!r}")
     if speed is None:

@@ -11,36 +11,25 @@ from floodway.operator.planner.gpus import GpuSpec
 from floodway.operator.planner.memory import MemoryPlan
 from floodway.operator.planner.model_shape import ModelShape, moe_weight_fraction
 from floodway.operator.planner.units import PlanError
+from floodway.operator.simulator.replica import ReplicaProfile
+
+# The fields `floodway bench engine --profile-out` always writes; the simulator reads the same file.
+REQUIRED_PROFILE_FIELDS = ("model", "prefill_tokens_per_s", "decode_step_s", "kv_capacity_tokens", "max_num_seqs")
 
 
-@dataclass(frozen=True)
-class Profile:
-    model: str
-    prefill_tokens_per_s: float
-    decode_step_s: dict[int, float]  # batch size -> seconds per decode step
-    kv_capacity_tokens: int
-    max_num_seqs: int
-
-
-def parse_profile(data: dict, source: str = "profile") -> Profile:
+def parse_profile(data: dict, source: str = "profile") -> ReplicaProfile:
+    """The simulator's replica profile, strict about the measured fields: a plan from defaults would mislead."""
+    missing = [k for k in REQUIRED_PROFILE_FIELDS if k not in data]
+    if missing:
+        raise PlanError(f"{source}: missing {', '.join(missing)} (written by `floodway bench engine --profile-out`)")
+    known = set(ReplicaProfile.__dataclass_fields__)
     try:
-        steps = {int(b): float(s) for b, s in dict(data["decode_step_s"]).items()}
-        profile = Profile(str(data["model"]), float(data["prefill_tokens_per_s"]), dict(sorted(steps.items())),
-                          int(data["kv_capacity_tokens"]), int(data["max_num_seqs"]))
-    except KeyError as e:
-        raise PlanError(f"{source}: missing field {e.args[0]!r} "
-                        "(written by `floodway bench engine --profile-out`)") from None
-    except (TypeError, ValueError) as e:
-        raise PlanError(f"{source}: malformed field: {e}") from e
-    bad = [b for b, s in steps.items() if b < 1 or s <= 0]
-    if not steps or bad or profile.prefill_tokens_per_s <= 0 or profile.kv_capacity_tokens < 1 \
-            or profile.max_num_seqs < 1:
-        raise PlanError(f"{source}: needs decode_step_s for batch sizes >= 1 with positive times, and positive "
-                        "prefill_tokens_per_s, kv_capacity_tokens and max_num_seqs")
-    return profile
+        return ReplicaProfile(**{k: v for k, v in data.items() if k in known})
+    except (TypeError, ValueError, AttributeError) as e:
+        raise PlanError(f"{source}: {e}") from None
 
 
-def load_profile(path: str) -> Profile:
+def load_profile(path: str) -> ReplicaProfile:
     try:
         with open(path) as f:
             data = json.load(f)
@@ -49,20 +38,6 @@ def load_profile(path: str) -> Profile:
     if not isinstance(data, dict):
         raise PlanError(f"profile {path}: not a JSON object")
     return parse_profile(data, f"profile {path}")
-
-
-def interpolate(points: dict[int, float], batch: int) -> float:
-    """Piecewise linear between measured batch sizes; flat below the smallest (and everywhere, given one point:
-    small-batch decode is bound by reading the weights); beyond the largest, the slope of the last two points
-    continues (a step grows roughly linearly with batch once compute or KV reads dominate)."""
-    xs = sorted(points)
-    if batch <= xs[0] or len(xs) == 1:
-        return points[xs[0]]
-    for lo, hi in zip(xs, xs[1:], strict=False):
-        if batch <= hi:
-            return points[lo] + (points[hi] - points[lo]) * (batch - lo) / (hi - lo)
-    lo, hi = xs[-2], xs[-1]
-    return points[hi] + (points[hi] - points[lo]) * (batch - hi) / (hi - lo)
 
 
 def decode_ceiling_tokens_per_s(bandwidth_bytes_per_s: float, weight_bytes: int) -> float:
@@ -79,8 +54,10 @@ class Speed:
     batch_cap: Callable[[int], int] | None = None
 
 
-def profile_speed(profile: Profile) -> Speed:
-    return Speed("profile", profile.prefill_tokens_per_s, lambda b: interpolate(profile.decode_step_s, b),
+def profile_speed(profile: ReplicaProfile, context_tokens: int) -> Speed:
+    """A step as the simulator times it: the measured step at that batch plus reading each sequence's KV."""
+    return Speed("profile", profile.prefill_tokens_per_s,
+                 lambda b: profile.decode_step(b) + b * context_tokens * profile.decode_s_per_kv_token,
                  lambda tokens: min(profile.max_num_seqs, profile.kv_capacity_tokens // tokens))
 
 

@@ -9,7 +9,6 @@ from floodway.operator.planner.model_shape import load_shape, moe_weight_fractio
 from floodway.operator.planner.throughput import (
     Speed,
     bound_speed,
-    interpolate,
     load_profile,
     parse_profile,
     profile_speed,
@@ -57,31 +56,25 @@ def test_profile_caps_batch_by_its_kv_capacity():
     assert cap.batch == 18 and "profiled engine" in cap.limited_by  # 20,000 // 1,100
 
 
-def test_interpolation():
-    points = {1: 0.011, 8: 0.018, 32: 0.042}
-    assert interpolate(points, 1) == 0.011 and interpolate(points, 0) == 0.011
-    assert interpolate(points, 4) == pytest.approx(0.014)
-    assert interpolate(points, 20) == pytest.approx(0.030)
-    assert interpolate(points, 64) == pytest.approx(0.074)  # the last slope (1 ms per sequence) continues
-    assert interpolate({8: 0.02}, 100) == 0.02
-
-
-def test_profile_round_trip(tmp_path):
+def test_profile_round_trip_uses_the_simulators_step_model(tmp_path):
     path = tmp_path / "profile.json"
-    path.write_text(json.dumps(PROFILE))
+    path.write_text(json.dumps({**PROFILE, "decode_s_per_kv_token": 1e-7}))
     profile = load_profile(str(path))
     assert profile.decode_step_s == {1: 0.011, 8: 0.018, 32: 0.042}
-    speed = profile_speed(profile)
-    assert speed.source == "profile" and speed.step_s(4) == pytest.approx(0.014)
+    speed = profile_speed(profile, context_tokens=100)
+    # between measured points the step is interpolated (14 ms at batch 4); each sequence reads 100 KV tokens
+    assert speed.source == "profile" and speed.step_s(4) == pytest.approx(0.014 + 4 * 100 * 1e-7)
+    assert speed.step_s(64) == pytest.approx(0.074 + 64 * 100 * 1e-7)  # the last slope continues
     assert speed.batch_cap(1000) == 20 and speed.batch_cap(100) == 64
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"decode_step_s": None}, "missing field 'decode_step_s'"),
-    ({"prefill_tokens_per_s": "fast"}, "malformed field"),
+    ({"decode_step_s": None}, "missing decode_step_s"),
+    ({"kv_capacity_tokens": None, "model": None}, "missing model, kv_capacity_tokens"),
+    ({"prefill_tokens_per_s": "fast"}, "profile: "),
     ({"decode_step_s": {"0": 0.01}}, "batch sizes >= 1"),
-    ({"decode_step_s": {"1": -1}}, "positive times"),
-    ({"max_num_seqs": 0}, "positive"),
+    ({"decode_step_s": {"1": -1}}, "positive step times"),
+    ({"max_num_seqs": 0}, "max_num_seqs must be > 0"),
 ])
 def test_bad_profiles(change, message):
     data = {k: v for k, v in {**PROFILE, **change}.items() if v is not None}
