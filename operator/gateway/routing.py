@@ -53,11 +53,14 @@ def pick(backends: Sequence[BackendLoad], rng: random.Random, weights: RoutingWe
     return b if load_score(b, weights) < load_score(a, weights) else a
 
 
-def estimate_waiting(scraped_waiting: float, in_flight_now: int, in_flight_at_scrape: int) -> float:
-    """Queue length now, from the last scrape and the gateway's dispatches since. While an engine queues,
-    each request the gateway sends joins the queue and each one that finishes lets one queued request
-    start, so the queue moves by the change of in-flight; with no queue at the scrape, the headroom is
-    unknown and the scrape stands."""
-    if scraped_waiting <= 0:
-        return max(0.0, scraped_waiting)
-    return max(0.0, scraped_waiting + in_flight_now - in_flight_at_scrape)
+def estimate_waiting(scraped_waiting: float, in_flight_now: int, in_flight_at_scrape: int,
+                     capacity: float = 0.0) -> float:
+    """Queue length now, from the last scrape and the gateway's own counts, whichever shows more.
+    - While an engine queued at the scrape, each request the gateway sends since joins the queue and each
+      one that finishes lets one queued request start: the queue moved by the change of in-flight.
+    - `capacity` is the most requests the engine was ever seen running (0: not seen yet). Requests the
+      gateway has in flight beyond it are queued there, even before a scrape shows it: a busy engine can
+      answer its scrapes late, and a burst would otherwise go unseen for that long. The cost is a few
+      early overflows when a burst first goes past the highest concurrency seen so far."""
+    by_scrape = max(0.0, scraped_waiting + in_flight_now - in_flight_at_scrape) if scraped_waiting > 0 else 0.0
+    return max(by_scrape, in_flight_now - capacity) if capacity > 0 else by_scrape

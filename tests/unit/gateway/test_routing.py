@@ -44,3 +44,7 @@ def test_estimate_waiting():
     assert estimate_waiting(0, 10, 2) == 0  # no queue at the scrape: headroom unknown
     assert estimate_waiting(3, 10, 6) == 7  # four more sent since the scrape while it queued
     assert estimate_waiting(3, 1, 6) == 0  # drained
+    # Beyond the most ever seen running, the gateway's own requests queue even if no scrape shows it yet.
+    assert estimate_waiting(0, 10, 0, capacity=2) == 8
+    assert estimate_waiting(5, 6, 6, capacity=2) == 5
+    assert estimate_waiting(0, 1, 0, capacity=2) == 0

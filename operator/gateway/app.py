@@ -1,0 +1,129 @@
+"""The gateway's HTTP server: a thin FastAPI shell around the proxy, the backend table and the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import secrets
+
+import httpx
+from fastapi import FastAPI, Request
+from floodway.operator.gateway.backends import BackendTable
+from floodway.operator.gateway.config import GatewayConfig
+from floodway.operator.gateway.k8s import follow_endpoint_slices
+from floodway.operator.gateway.metrics import GatewayMetrics
+from floodway.operator.gateway.overflow import breaker_allows
+from floodway.operator.gateway.payload import error_body
+from floodway.operator.gateway.proxy import Gateway
+from floodway.operator.gateway.routing import RoutingWeights
+from starlette.responses import JSONResponse, Response
+
+log = logging.getLogger("floodway.gateway")
+
+_OPEN_PATHS = ("/health", "/ready", "/metrics")  # probes and scrapes need no client token
+
+
+def _read_tokens(path: str | None) -> set[str] | None:
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            tokens = {line.strip() for line in f if line.strip()}
+    except OSError as e:
+        raise ValueError(f"auth.tokens_file {path} unreadable: {e.strerror}") from None
+    if not tokens:
+        raise ValueError(f"auth.tokens_file {path} holds no token")
+    return tokens
+
+
+def create_app(config: GatewayConfig) -> FastAPI:
+    tokens = _read_tokens(config.auth.tokens_file)
+    limits = httpx.Limits(max_connections=2048, max_keepalive_connections=512)
+    table = BackendTable(RoutingWeights(config.routing.waiting_weight, config.routing.kv_weight),
+                         random.Random(config.routing.seed))
+    table.set_endpoints([(url, url) for url in config.backends.static])
+    metrics = GatewayMetrics()
+
+    async def scrape_forever(gateway: Gateway, probes: httpx.AsyncClient) -> None:
+        while True:
+            await asyncio.sleep(config.scrape_interval_s)  # scrape period, not synchronisation
+            await table.refresh(probes, config.scrape_interval_s * 2 + 0.5)
+            gateway.update_gauges()
+            gateway.notify()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        async with httpx.AsyncClient(limits=limits) as local, httpx.AsyncClient(limits=limits) as remote, \
+                httpx.AsyncClient() as probes:
+            gateway = app.state.gateway = Gateway(config, table, metrics, local, remote)
+            await table.refresh(probes, config.scrape_interval_s * 2 + 0.5)  # ready reflects real backends
+            gateway.update_gauges()
+            tasks = [asyncio.create_task(scrape_forever(gateway, probes))]
+            if config.backends.kubernetes:
+                tasks.append(asyncio.create_task(follow_endpoint_slices(config.backends.kubernetes, table)))
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+
+    app = FastAPI(title="floodway gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    if tokens is not None:
+        @app.middleware("http")
+        async def require_token(request: Request, call_next):
+            if request.url.path not in _OPEN_PATHS:
+                given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+                if not any(secrets.compare_digest(given, t) for t in tokens):
+                    return JSONResponse(error_body("missing or unknown bearer token", "authentication_error",
+                                                   "invalid_api_key"), 401)
+            return await call_next(request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await app.state.gateway.handle("/v1/completions", await request.body(), request.headers)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await app.state.gateway.handle("/v1/chat/completions", await request.body(), request.headers)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        if config.served_models:
+            return JSONResponse({"object": "list", "data": [
+                {"id": m, "object": "model", "created": 0, "owned_by": "floodway"} for m in config.served_models]})
+        gateway: Gateway = app.state.gateway
+        backend = table.pick(frozenset())
+        if backend is None:
+            return JSONResponse(error_body("no ready backend to list models", "server_error"), 503)
+        upstream = await gateway.local.get(backend.url + "/v1/models", timeout=config.connect_timeout_s + 5)
+        return Response(upstream.content, upstream.status_code, media_type="application/json")
+
+    @app.get("/health")
+    async def health() -> Response:
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        gateway: Gateway = app.state.gateway
+        local = table.totals().ready
+        remote = config.overflow.enabled and breaker_allows(gateway.breaker, gateway.policy.breaker, gateway.clock())
+        return JSONResponse({"ready": bool(local or remote), "ready_backends": local, "overflow": remote},
+                            200 if local or remote else 503)
+
+    @app.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        app.state.gateway.update_gauges()
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/debug/state")
+    async def debug_state() -> Response:
+        """Backends and overflow state; holds no secret (the key is never part of the state)."""
+        g: Gateway = app.state.gateway
+        return JSONResponse({"backends": table.snapshot(), "held": g.held, "breaker": vars(g.breaker),
+                             "budget": vars(g.budget), "mean_e2e_s": g.mean_e2e_s, "base_ttft_s": g.base_ttft_s,
+                             "overflow": config.overflow.model_dump(exclude={"api_key_env", "api_key_file"})})
+
+    return app

@@ -1,0 +1,112 @@
+"""The live backend table: which engines exist, which are ready, and how loaded each is.
+
+Every scrape interval each engine's /ready is probed and its /metrics read (queue, running, KV usage);
+the gateway adds its own in-flight counts, which are always fresh. Routing and the overflow rule read
+this table through plain snapshots (BackendLoad, pool totals) and stay pure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+
+import httpx
+from floodway.operator.gateway.routing import BackendLoad, RoutingWeights, estimate_waiting, pick
+from prometheus_client.parser import text_string_to_metric_families
+
+log = logging.getLogger("floodway.gateway")
+
+# Engine gauges the table reads (vLLM-compatible names, summed over model_name labels).
+_GAUGES = {"vllm:num_requests_waiting": "waiting", "vllm:num_requests_running": "running",
+           "vllm:kv_cache_usage_perc": "kv_usage"}
+
+
+def parse_engine_load(text: str) -> dict[str, float]:
+    """{waiting, running, kv_usage} from an engine's Prometheus text; absent gauges read 0.
+    Only the lines of these gauges are parsed: engines also export many histogram buckets."""
+    wanted = "\n".join(line for line in text.splitlines()
+                       if line.startswith(("vllm:num_requests_", "vllm:kv_cache_usage_perc")))
+    load = dict.fromkeys(_GAUGES.values(), 0.0)
+    for family in text_string_to_metric_families(wanted + "\n"):
+        for sample in family.samples:
+            if sample.name in _GAUGES:
+                load[_GAUGES[sample.name]] += sample.value
+    return load
+
+
+@dataclass
+class Backend:
+    id: str
+    url: str
+    ready: bool = False
+    waiting: float = 0.0
+    running: float = 0.0
+    kv_usage: float = 0.0
+    in_flight: int = 0
+    in_flight_at_scrape: int = 0
+    capacity: float = 0.0  # the most requests ever seen running there
+
+    def load(self) -> BackendLoad:
+        return BackendLoad(self.id, self.ready, self.in_flight,
+                           estimate_waiting(self.waiting, self.in_flight, self.in_flight_at_scrape, self.capacity),
+                           self.running, self.kv_usage)
+
+
+@dataclass(frozen=True)
+class PoolTotals:
+    ready: int
+    waiting: float
+    running: float
+
+
+class BackendTable:
+    def __init__(self, weights: RoutingWeights, rng: random.Random):
+        self.weights, self.rng = weights, rng
+        self.backends: dict[str, Backend] = {}
+
+    def set_endpoints(self, endpoints: list[tuple[str, str]]) -> None:
+        """Replaces the set of backends (id, url); known ones keep their state and in-flight counts."""
+        current = {bid: self.backends.get(bid) or Backend(bid, url) for bid, url in endpoints}
+        for bid, url in endpoints:
+            current[bid].url = url
+        self.backends = current
+
+    def pick(self, exclude: frozenset[str]) -> Backend | None:
+        chosen = pick([b.load() for b in self.backends.values()], self.rng, self.weights, exclude)
+        return None if chosen is None else self.backends[chosen.id]
+
+    def totals(self, exclude: frozenset[str] = frozenset()) -> PoolTotals:
+        loads = [b.load() for b in self.backends.values() if b.ready and b.id not in exclude]
+        return PoolTotals(len(loads), sum(b.waiting for b in loads), sum(b.running for b in loads))
+
+    def mark_unready(self, backend_id: str) -> None:
+        """A failed request takes the backend out of rotation until its next good probe."""
+        if backend_id in self.backends:
+            self.backends[backend_id].ready = False
+
+    async def refresh(self, client: httpx.AsyncClient, timeout_s: float) -> None:
+        await asyncio.gather(*(self._probe(client, b, timeout_s) for b in list(self.backends.values())))
+
+    async def _probe(self, client: httpx.AsyncClient, b: Backend, timeout_s: float) -> None:
+        try:
+            ready, metrics = await asyncio.gather(client.get(b.url + "/ready", timeout=timeout_s),
+                                                  client.get(b.url + "/metrics", timeout=timeout_s))
+            load = parse_engine_load(metrics.text) if metrics.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as e:
+            if b.ready:
+                log.warning("backend %s unready: %s", b.id, type(e).__name__)
+            b.ready = False
+            return
+        if b.ready != (ready.status_code == 200):
+            log.info("backend %s %s", b.id, "ready" if ready.status_code == 200 else f"unready ({ready.status_code})")
+        b.ready = ready.status_code == 200
+        if load is not None:
+            b.waiting, b.running, b.kv_usage = load["waiting"], load["running"], load["kv_usage"]
+            b.in_flight_at_scrape, b.capacity = b.in_flight, max(b.capacity, b.running)
+
+    def snapshot(self) -> list[dict]:
+        return [{"id": b.id, "url": b.url, "ready": b.ready, "in_flight": b.in_flight, "waiting": b.waiting,
+                 "estimated_waiting": b.load().waiting, "running": b.running, "kv_usage": b.kv_usage}
+                for b in self.backends.values()]

@@ -1,0 +1,48 @@
+"""`floodway gateway --config FILE` and `floodway bench gateway`."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    @app.command()
+    def gateway(
+        config: str = typer.Option(..., "--config", help="Gateway YAML file (the shape the operator renders)."),
+        host: str = typer.Option(None, help="Listen address (default: the config's host)."),
+        port: int = typer.Option(None, help="Listen port (default: the config's port)."),
+        log_level: str = typer.Option("info", help="uvicorn log level."),
+    ) -> None:
+        """Run the OpenAI-compatible gateway: load-aware routing and overflow to an external API."""
+        import logging
+
+        import uvicorn
+        from floodway.operator.gateway.app import create_app
+        from floodway.operator.gateway.config import load_config
+
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied request is too costly
+        try:
+            cfg = load_config(config)
+            application = create_app(cfg)
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        uvicorn.run(application, host=host or cfg.host, port=cfg.port if port is None else port,
+                    log_level=log_level, access_log=False, timeout_graceful_shutdown=15)
+
+    @bench_app.command("gateway")
+    def bench_gateway(
+        rate: float = typer.Option(200.0, help="Requests per second (fixed rate, open loop)."),
+        duration: float = typer.Option(5.0, help="Seconds per phase (direct, then through the gateway)."),
+        model: str = typer.Option("floodway/tiny-llama", help="Model the engine serves."),
+        max_tokens: int = typer.Option(1, help="Tokens per request; 1 isolates the request path."),
+    ) -> None:
+        """Added latency (p50/p99) and throughput through the gateway against direct access, same run."""
+        from floodway.operator.gateway.bench import run_bench
+
+        try:
+            typer.echo(run_bench(rate, duration, model, max_tokens))
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None

@@ -1,0 +1,53 @@
+"""An open-loop load generator: request i starts at t0 + i / rate whatever the latency of earlier ones.
+Used by `floodway bench gateway` and the gateway's integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import httpx
+from floodway.operator.gateway.proxy import BACKEND_HEADER
+
+
+@dataclass
+class Result:
+    index: int
+    sent_at: float  # time.perf_counter() seconds
+    status: int | None = None  # None: no response (connection error)
+    backend: str | None = None  # the gateway's x-floodway-backend header
+    first_byte_at: float | None = None  # response headers received
+    done_at: float | None = None
+    body: str = ""
+    retry_after: str | None = None
+    error: str | None = None
+
+    @property
+    def latency(self) -> float:
+        return self.done_at - self.sent_at
+
+
+async def _one(client: httpx.AsyncClient, i: int, start_at: float, url: str, body: dict, headers: dict) -> Result:
+    await asyncio.sleep(max(0.0, start_at - time.perf_counter()))  # the schedule, not synchronisation
+    result = Result(i, time.perf_counter())
+    try:
+        async with client.stream("POST", url, json=body, headers=headers) as r:
+            result.first_byte_at = time.perf_counter()
+            result.status, result.backend = r.status_code, r.headers.get(BACKEND_HEADER)
+            result.retry_after = r.headers.get("retry-after")
+            result.body = (await r.aread()).decode(errors="replace")
+    except httpx.HTTPError as e:
+        result.error = f"{type(e).__name__}: {e}"
+    result.done_at = time.perf_counter()
+    return result
+
+
+async def send_at_rate(url: str, body: dict, n: int, rate: float, headers: dict | None = None,
+                       timeout_s: float = 120.0, start_delay_s: float = 0.05) -> list[Result]:
+    """POSTs `body` to `url` n times at `rate` per second; returns the results in send order."""
+    limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout_s) as client:
+        t0 = time.perf_counter() + start_delay_s
+        return list(await asyncio.gather(*(_one(client, i, t0 + i / rate, url, body, headers or {})
+                                           for i in range(n))))

@@ -1,0 +1,41 @@
+"""The gateway's Prometheus metrics (`floodway_gateway_` prefix) on a registry of its own.
+
+Labels never carry request content or secrets: backend ids (engine URL or pod), `overflow`, `none`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Sub-millisecond resolution: the gateway's own overhead is what this histogram is for.
+_ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+_HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter(
+            "floodway_gateway_requests", "Attempts by backend and outcome (ok, client_error, retried: failed "
+            "before the first byte and sent elsewhere, stream_error, rejected: answered 429 by the gateway)",
+            ["backend", "outcome"], registry=r)
+        self.overflow = Counter("floodway_gateway_overflow", "Requests sent to the overflow API, by trigger",
+                                ["reason"], registry=r)
+        self.held = Gauge("floodway_gateway_hold_queue_depth", "Requests held in the gateway's queue", registry=r)
+        self.in_flight = Gauge("floodway_gateway_in_flight", "Requests in flight per backend", ["backend"],
+                               registry=r)
+        self.ready_backends = Gauge("floodway_gateway_ready_backends", "Local backends ready", registry=r)
+        self.added_latency = Histogram(
+            "floodway_gateway_added_latency_seconds", "Gateway time from request received to upstream request "
+            "sent (parsing, decision, routing), holds excluded", buckets=_ADDED_BUCKETS, registry=r)
+        self.hold_seconds = Histogram("floodway_gateway_hold_seconds", "Time requests spent held",
+                                      buckets=_HOLD_BUCKETS, registry=r)
+        self.budget_requests = Gauge("floodway_gateway_overflow_budget_requests_left",
+                                     "Overflow requests left in the per-minute budget (-1: unlimited)", registry=r)
+        self.budget_tokens = Gauge("floodway_gateway_overflow_budget_tokens_left",
+                                   "Overflow tokens left in the per-minute budget (-1: unlimited)", registry=r)
+        self.breaker_open = Gauge("floodway_gateway_overflow_breaker_open",
+                                  "1 while the overflow API's circuit breaker is open", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,260 @@
+"""The proxy: asks the overflow rule where each request goes, sends it there and streams the answer back.
+
+A request is retried (on another local backend, or on the overflow API per the rule) only while no byte
+has reached the client: a non-streaming answer is read whole before it is returned, a streaming one
+only after its first chunk arrived. After that, a failing backend ends the stream with an error event.
+Chunks are forwarded as they arrive (no buffering). The response header `x-floodway-backend` names the
+backend that served (a local backend id or `overflow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import replace
+
+import httpx
+from floodway.operator.gateway.backends import BackendTable
+from floodway.operator.gateway.config import GatewayConfig
+from floodway.operator.gateway.metrics import GatewayMetrics
+from floodway.operator.gateway.overflow import (
+    BreakerState,
+    BudgetState,
+    PoolState,
+    RequestInfo,
+    breaker_on_result,
+    breaker_on_send,
+    budget_refill,
+    budget_take,
+    overflow_decision,
+    predict_ttft_s,
+)
+from floodway.operator.gateway.payload import error_body, estimate_tokens, overflow_body, sse_error_event
+from floodway.operator.gateway.secrets import ApiKey
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+log = logging.getLogger("floodway.gateway")
+
+BACKEND_HEADER = "x-floodway-backend"
+_RETRYABLE = {408, 429, 500, 502, 503, 504}  # a local backend answering these gets the request retried
+_API_FAILURE = {401, 403, 408, 429} | set(range(500, 600))  # overflow answers that count against the breaker
+_EWMA = 0.2
+
+
+class _Failed(Exception):
+    """An attempt failed before any byte reached the client (status: the backend's answer, if any)."""
+
+    def __init__(self, status: int | None = None):
+        super().__init__(f"status {status}" if status else "")
+        self.status = status
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, table: BackendTable, metrics: GatewayMetrics,
+                 local: httpx.AsyncClient, remote: httpx.AsyncClient, clock=time.monotonic):
+        self.config, self.table, self.metrics, self.clock = config, table, metrics, clock
+        self.local, self.remote = local, remote
+        self.policy = config.overflow_policy()
+        self.api_key = ApiKey(config.overflow.api_key_env, config.overflow.api_key_file)
+        self.budget, self.breaker = BudgetState(), BreakerState()
+        self.held = 0
+        self.mean_e2e_s: float | None = None  # local requests, for the TTFT prediction
+        self.base_ttft_s = 0.0  # first-byte time of local requests sent to a backend with no queue
+        self._wake = asyncio.Event()
+
+    # -- state the overflow rule reads ---------------------------------------------------------------
+    def notify(self) -> None:
+        """Capacity may have changed (a request finished, a scrape landed): held requests look again."""
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def pool_state(self, exclude: frozenset[str], held_self: bool) -> PoolState:
+        t = self.table.totals(exclude)
+        predicted = None
+        if t.ready:
+            predicted = predict_ttft_s(t.waiting / t.ready, t.running / t.ready, self.mean_e2e_s, self.base_ttft_s)
+        return PoolState(t.ready, t.waiting, predicted, self.held - held_self, self.budget, self.breaker)
+
+    def update_gauges(self) -> None:
+        b = budget_refill(self.budget, self.policy.budget, self.clock())
+        self.metrics.budget_requests.set(-1 if b.requests is None else b.requests)
+        self.metrics.budget_tokens.set(-1 if b.tokens is None else b.tokens)
+        self.metrics.breaker_open.set(0 if self.breaker.opened_at is None else 1)
+        self.metrics.held.set(self.held)
+        self.metrics.ready_backends.set(self.table.totals().ready)
+
+    # -- one request ---------------------------------------------------------------------------------
+    async def handle(self, path: str, body: bytes, headers) -> Response:
+        t0 = time.perf_counter()
+        try:
+            payload = json.loads(body)
+        except ValueError as e:
+            return JSONResponse(error_body(f"request body is not valid JSON: {e}", "invalid_request_error"), 400)
+        if not isinstance(payload, dict):
+            return JSONResponse(error_body("request body must be a JSON object", "invalid_request_error"), 400)
+        served = self.config.served_models
+        if served and payload.get("model") not in served:
+            return JSONResponse(error_body(f"model {payload.get('model')!r} does not exist; served: {served}",
+                                           "invalid_request_error", "model_not_found"), 404)
+        opt_out = headers.get(self.config.opt_out_header, "").lower() not in ("", "0", "false", "no")
+        info = RequestInfo(estimate_tokens(payload), self.clock(), opt_out)
+        stream = bool(payload.get("stream"))
+        tried: frozenset[str] = frozenset()
+        held_since = None
+        try:
+            while True:
+                now = self.clock()
+                decision = overflow_decision(self.pool_state(tried, info.held), self.policy, info, now)
+                if decision.target in ("local", "overflow") and held_since is not None:
+                    self.metrics.hold_seconds.observe(now - held_since)
+                    held_since = None
+                if decision.target == "local":
+                    backend = self.table.pick(tried)
+                    try:
+                        return await self._local(backend, path, body, stream, t0)
+                    except _Failed:
+                        tried, info, t0 = tried | {backend.id}, replace(info, local_failed=True), None
+                elif decision.target == "overflow":
+                    self.metrics.overflow.labels(decision.reason).inc()
+                    try:
+                        return await self._overflow(path, payload, stream, info.tokens, t0)
+                    except _Failed:
+                        info, t0 = replace(info, overflow_failed=True), None
+                elif decision.target == "hold":
+                    t0 = None  # added latency is measured on requests sent at once
+                    if not info.held:
+                        info, held_since = replace(info, held=True), now
+                        self.held += 1
+                        self.metrics.held.set(self.held)
+                    remaining = info.arrived_at + self.policy.hold_timeout_s - now
+                    wake = self._wake
+                    try:  # woken by capacity changes; the timeout also notices budget refills and deadlines
+                        await asyncio.wait_for(wake.wait(), timeout=max(0.0, min(remaining, 0.25)))
+                    except asyncio.TimeoutError:
+                        pass
+                else:
+                    self.metrics.requests.labels("none", "rejected").inc()
+                    retry = str(int(decision.retry_after_s or 1))
+                    return JSONResponse(error_body(f"local capacity short and overflow unavailable ({decision.reason})"
+                                                   "; retry later", "rate_limit_exceeded", "capacity_exceeded"),
+                                        429, headers={"retry-after": retry})
+        finally:
+            if info.held:
+                self.held -= 1
+                self.metrics.held.set(self.held)
+
+    # -- attempts ------------------------------------------------------------------------------------
+    async def _local(self, backend, path: str, body: bytes, stream: bool, t0: float | None) -> Response:
+        waiting_at_dispatch = backend.load().waiting
+        backend.in_flight += 1
+        sent = time.perf_counter()
+        if t0 is not None:
+            self.metrics.added_latency.observe(sent - t0)
+        timeout = httpx.Timeout(self.config.request_timeout_s, connect=self.config.connect_timeout_s)
+        request = self.local.build_request("POST", backend.url + path, content=body, timeout=timeout,
+                                           headers={"content-type": "application/json"})
+
+        def done(ok: bool) -> None:
+            backend.in_flight -= 1
+            if ok:
+                e2e = time.perf_counter() - sent
+                self.mean_e2e_s = e2e if self.mean_e2e_s is None else (1 - _EWMA) * self.mean_e2e_s + _EWMA * e2e
+            self.notify()
+
+        def first_byte() -> None:
+            if waiting_at_dispatch == 0:
+                self.base_ttft_s = (1 - _EWMA) * self.base_ttft_s + _EWMA * (time.perf_counter() - sent)
+
+        try:
+            return await self._send(self.local, request, stream, backend.id, done, first_byte)
+        except _Failed as e:
+            if e.status != 429:  # a full queue is load, not ill health: the scrape shows it
+                self.table.mark_unready(backend.id)
+            raise
+
+    async def _overflow(self, path: str, payload: dict, stream: bool, tokens: int, t0: float | None) -> Response:
+        o = self.config.overflow
+        now = self.clock()
+        self.budget = budget_take(self.budget, self.policy.budget, tokens, now)
+        self.breaker = breaker_on_send(self.breaker, self.policy.breaker, now)
+        self.update_gauges()
+        headers = {"content-type": "application/json"}
+        try:
+            key = self.api_key.get()
+        except ValueError as e:
+            log.error("overflow unavailable: %s", e)
+            self._breaker_result(False)
+            raise _Failed from None
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        if t0 is not None:
+            self.metrics.added_latency.observe(time.perf_counter() - t0)
+        url = o.base_url.rstrip("/") + path.removeprefix("/v1")
+        timeout = httpx.Timeout(o.first_byte_timeout_s, connect=o.connect_timeout_s)
+        request = self.remote.build_request("POST", url, content=overflow_body(payload, o.model), headers=headers,
+                                            timeout=timeout)
+        return await self._send(self.remote, request, stream, "overflow", lambda ok: self.notify(),
+                                lambda: self._breaker_result(True))
+
+    def _breaker_result(self, ok: bool) -> None:
+        self.breaker = breaker_on_result(self.breaker, self.policy.breaker, ok, self.clock())
+        self.update_gauges()
+
+    async def _send(self, client: httpx.AsyncClient, request: httpx.Request, stream: bool, backend_id: str,
+                    done, first_byte) -> Response:
+        """Sends one attempt. Raises _Failed while nothing went to the client; `done(ok)` runs once when
+        the attempt is over, `first_byte()` when the backend's answer is known good."""
+        overflow = backend_id == "overflow"
+        retryable = _API_FAILURE if overflow else _RETRYABLE
+        response = None
+        try:
+            response = await client.send(request, stream=True)
+            if response.status_code in retryable:
+                raise _Failed(response.status_code)
+            chunks = response.aiter_raw()
+            if not stream or response.status_code >= 400:
+                content = await response.aread()
+            else:
+                content = await chunks.__anext__()
+        except (httpx.HTTPError, _Failed, StopAsyncIteration) as e:
+            reason = str(e) or type(e).__name__
+            log.warning("%s failed before the first byte: %s", backend_id, self.api_key.scrub(reason))
+            if response is not None:
+                await response.aclose()
+            self.metrics.requests.labels(backend_id, "retried").inc()
+            if overflow:
+                self._breaker_result(False)
+            done(False)
+            raise _Failed(response.status_code if response is not None else None) from None
+        first_byte()
+        headers = {BACKEND_HEADER: backend_id, "content-type": response.headers.get("content-type", "application/json")}
+        if not stream or response.status_code >= 400:
+            await response.aclose()
+            ok = response.status_code < 400
+            self.metrics.requests.labels(backend_id, "ok" if ok else "client_error").inc()
+            done(ok)
+            if overflow:
+                content = self.api_key.scrub(content.decode(errors="replace")).encode()
+            return Response(content, response.status_code, headers=headers)
+        return StreamingResponse(self._relay(content, chunks, response, backend_id, done),
+                                 response.status_code, headers=headers)
+
+    async def _relay(self, first: bytes, chunks, response: httpx.Response, backend_id: str, done):
+        outcome = "stream_error"
+        try:
+            yield first
+            async for chunk in chunks:
+                yield chunk
+            outcome = "ok"
+        except httpx.HTTPError as e:
+            log.warning("%s failed mid-stream: %s", backend_id, type(e).__name__)
+            yield sse_error_event(f"backend {backend_id} failed mid-stream", "backend_failed")
+        except (asyncio.CancelledError, GeneratorExit):
+            outcome = "client_disconnected"  # closing the upstream response aborts the request there
+            raise
+        finally:
+            await response.aclose()
+            self.metrics.requests.labels(backend_id, outcome).inc()
+            done(outcome == "ok")

@@ -1,0 +1,135 @@
+"""Overflow with real processes: a burst engages overflow within a second of the local queue crossing its
+threshold and loses nothing; the budget yields 429s; the opt-out header keeps requests local; a dead or
+frozen overflow API opens the breaker and requests fall back to local queueing or 429 within deadlines."""
+
+import asyncio
+import json
+import os
+import signal
+import time
+
+import httpx
+import pytest
+from floodway.operator import procs
+from floodway.operator.gateway.backends import parse_engine_load
+from floodway.operator.gateway.loadgen import send_at_rate
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MODEL = "floodway/tiny-llama"
+STREAM = {"model": MODEL, "prompt": "tell me about the river in flood", "max_tokens": 16, "stream": True}
+PLAIN = {**STREAM, "stream": False}
+THRESHOLD = 2  # max_waiting_per_replica in the overflow_config fixture
+
+
+async def _first_crossing(local, stop: asyncio.Event, seen: list) -> None:
+    """Records when the engines' own /metrics first show waiting per replica at the threshold."""
+    async with httpx.AsyncClient(timeout=5) as client:
+        while not stop.is_set() and not seen:
+            texts = await asyncio.gather(*(client.get(e.url + "/metrics") for e in local))
+            waiting = sum(parse_engine_load(t.text)["waiting"] for t in texts)
+            if waiting / len(local) >= THRESHOLD:
+                seen.append(time.perf_counter())
+            await asyncio.sleep(0.02)  # sampling period of the observation, not synchronisation
+
+
+def burst_watching_queue(url: str, body: dict, local, n: int, rate: float, headers=None):
+    async def run():
+        stop, seen = asyncio.Event(), []
+        watcher = asyncio.create_task(_first_crossing(local, stop, seen))
+        results = await send_at_rate(url + "/v1/completions", body, n, rate, headers=headers)
+        stop.set()
+        await watcher
+        return results, seen[0] if seen else None
+
+    return asyncio.run(run())
+
+
+def failures(results) -> list:
+    return [(r.status, r.error, r.body[:300]) for r in results if r.status != 200]
+
+
+def test_burst_engages_overflow_within_a_second_and_loses_nothing(engines, gateway, overflow_config, metric,
+                                                                 no_secret_anywhere):
+    gw = gateway(overflow_config())
+    assert metric(gw.url, "floodway_gateway_overflow_total") == 0  # idle: nothing overflowed
+    results, crossed_at = burst_watching_queue(gw.url, STREAM, engines[:2], n=40, rate=20)
+
+    assert not failures(results)
+    for r in results:  # every stream is whole: no error event, terminated by [DONE]
+        assert r.body.rstrip().endswith("data: [DONE]") and "backend_failed" not in r.body, r.body[-300:]
+    overflowed = [r for r in results if r.backend == "overflow"]
+    local = [r for r in results if r.backend in (engines[0].url, engines[1].url)]
+    assert overflowed and local and len(overflowed) + len(local) == len(results)
+    assert all('"model":"ext"' in r.body.replace(" ", "") for r in overflowed)  # the overflow API's model name
+    assert crossed_at is not None, "the local queue never crossed its threshold: the burst was too small"
+    # Engaged: the first request the gateway overflowed left the client this long after the engines' own
+    # /metrics showed the crossing (negative: the gateway's in-flight counts saw the queue first). Its
+    # response also waits for the external engine's first token, which on a shared CPU is not ours to bound.
+    engaged = min(r.sent_at for r in overflowed) - crossed_at
+    answered = min(r.first_byte_at for r in overflowed) - crossed_at
+    print(f"overflow engaged {engaged * 1000:+.0f} ms from the crossing, first overflowed response "
+          f"{answered * 1000:+.0f} ms; {len(overflowed)}/{len(results)} overflowed")
+    assert engaged <= 1.0  # behaviour deadline from the issue, not a speed claim
+    assert metric(gw.url, "floodway_gateway_overflow_total", reason="queue_depth") == len(overflowed)
+    assert metric(gw.url, "floodway_gateway_requests_total", backend="overflow", outcome="ok") == len(overflowed)
+    assert metric(gw.url, "floodway_gateway_requests_total", outcome="ok") == len(results)
+    assert metric(gw.url, "floodway_gateway_added_latency_seconds_count") >= len(results) - 5
+    no_secret_anywhere(gw, *(r.body for r in results))
+
+
+def test_opt_out_header_keeps_requests_local(engines, gateway, overflow_config, metric):
+    gw = gateway(overflow_config())
+    results, crossed_at = burst_watching_queue(gw.url, PLAIN, engines[:2], n=24, rate=20,
+                                               headers={"x-floodway-no-overflow": "1"})
+    assert not failures(results)
+    assert crossed_at is not None  # overflow would have engaged without the header
+    assert {r.backend for r in results} <= {engines[0].url, engines[1].url}
+    assert metric(gw.url, "floodway_gateway_overflow_total") == 0
+
+
+def test_budget_exhaustion_yields_429_with_retry_after(engines, gateway, overflow_config, metric,
+                                                       no_secret_anywhere):
+    gw = gateway(overflow_config(max_requests_per_minute=3, hold_queue_size=4, hold_timeout_s=1.0))
+    started = time.monotonic()
+    results = asyncio.run(send_at_rate(gw.url + "/v1/completions", PLAIN, 40, 20))
+    elapsed = time.monotonic() - started
+
+    rejected = [r for r in results if r.status == 429]
+    assert rejected, "the budget never ran out"
+    assert all(r.status in (200, 429) and r.error is None for r in results), failures(results)
+    for r in rejected:
+        assert int(r.retry_after) >= 1
+        assert json.loads(r.body)["error"]["code"] == "capacity_exceeded"
+    overflowed = sum(r.backend == "overflow" for r in results)
+    assert 1 <= overflowed <= 3 + int(elapsed / 20)  # 3 per minute: one more every 20 s
+    assert metric(gw.url, "floodway_gateway_requests_total", backend="none", outcome="rejected") == len(rejected)
+    assert metric(gw.url, "floodway_gateway_overflow_budget_requests_left") < 1
+    assert metric(gw.url, "floodway_gateway_hold_seconds_count") >= 1
+    no_secret_anywhere(gw, *(r.body for r in results))
+
+
+@pytest.mark.parametrize("fault", ["down", "frozen"])
+def test_overflow_api_fault_opens_breaker_and_falls_back(engines, gateway, overflow_config, metric, fault,
+                                                         no_secret_anywhere):
+    external = engines[2]
+    base_url = f"http://127.0.0.1:{procs.free_port()}/v1" if fault == "down" else external.url + "/v1"
+    gw = gateway(overflow_config(base_url=base_url, first_byte_timeout_s=1.0, hold_timeout_s=3.0,
+                                 breaker={"failure_threshold": 2, "cooldown_s": 60}))
+    if fault == "frozen":
+        os.kill(external.pid, signal.SIGSTOP)  # accepts connections (kernel backlog) but never answers
+    try:
+        results = asyncio.run(send_at_rate(gw.url + "/v1/completions", PLAIN, 30, 20))
+    finally:
+        os.kill(external.pid, signal.SIGCONT)
+    assert all(r.status in (200, 429) and r.error is None for r in results), failures(results)
+    assert all(r.backend != "overflow" for r in results)
+    assert sum(r.status == 200 for r in results) >= len(results) // 2  # most fell back to local queueing
+    # Deadline: a request waits at most the overflow timeout, the hold timeout and its local service.
+    assert max(r.latency for r in results) < 1.0 + 3.0 + 30.0
+    assert metric(gw.url, "floodway_gateway_overflow_breaker_open") == 1
+    failed_overflows = metric(gw.url, "floodway_gateway_requests_total", backend="overflow", outcome="retried")
+    assert failed_overflows >= 2
+    ready = httpx.get(gw.url + "/ready").json()
+    assert ready["overflow"] is False and ready["ready_backends"] == 2
+    no_secret_anywhere(gw, *(r.body for r in results))

@@ -1,0 +1,61 @@
+import random
+
+import pytest
+from floodway.operator.gateway.backends import BackendTable, parse_engine_load
+from floodway.operator.gateway.k8s import endpoints_from_slices
+from floodway.operator.gateway.routing import RoutingWeights
+
+pytestmark = pytest.mark.unit
+
+METRICS = """# HELP vllm:num_requests_waiting Waiting.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="a"} 3.0
+vllm:num_requests_waiting{model_name="b"} 1.0
+# HELP vllm:num_requests_running Running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="a"} 8.0
+# HELP vllm:kv_cache_usage_perc KV.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="a"} 0.25
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="a"} 2.0
+"""
+
+
+def test_parse_engine_load_sums_labels_and_defaults_to_zero():
+    assert parse_engine_load(METRICS) == {"waiting": 4.0, "running": 8.0, "kv_usage": 0.25}
+    assert parse_engine_load("") == {"waiting": 0.0, "running": 0.0, "kv_usage": 0.0}
+
+
+def test_table_keeps_state_of_known_backends_and_totals_ready_ones():
+    table = BackendTable(RoutingWeights(), random.Random(0))
+    table.set_endpoints([("a", "http://a"), ("b", "http://b")])
+    table.backends["a"].ready, table.backends["a"].in_flight = True, 2
+    table.backends["a"].waiting, table.backends["a"].in_flight_at_scrape = 1.0, 1
+    table.set_endpoints([("a", "http://a2"), ("c", "http://c")])
+    assert set(table.backends) == {"a", "c"} and table.backends["a"].in_flight == 2
+    assert table.backends["a"].url == "http://a2"
+    totals = table.totals()
+    assert (totals.ready, totals.waiting) == (1, 2.0)  # one more sent since the scrape while queueing
+    assert table.pick(frozenset()).id == "a"
+    assert table.pick(frozenset({"a"})) is None
+    table.mark_unready("a")
+    assert table.totals().ready == 0
+
+
+def test_endpoints_from_slices():
+    slices = [
+        {"ports": [{"name": "metrics", "port": 9000}, {"name": "http", "port": 8000}],
+         "endpoints": [
+             {"addresses": ["10.0.0.1"], "conditions": {"ready": True}, "targetRef": {"name": "engine-0"}},
+             {"addresses": ["10.0.0.2"], "conditions": {"ready": False}},
+             {"addresses": ["10.0.0.3"], "conditions": {"ready": False, "terminating": True}},
+             {"addresses": ["fd00::4"], "conditions": {}},
+         ]},
+        {"ports": [{"name": "other", "port": 1}], "endpoints": [{"addresses": ["10.0.0.9"]}]},
+    ]
+    assert endpoints_from_slices(slices, "http") == [
+        ("10.0.0.2:8000", "http://10.0.0.2:8000"), ("engine-0:8000", "http://10.0.0.1:8000"),
+        ("fd00::4:8000", "http://[fd00::4]:8000")]
+    assert endpoints_from_slices(slices, 9000)[0] == ("10.0.0.2:9000", "http://10.0.0.2:9000")
+    assert endpoints_from_slices([{"ports": None, "endpoints": None}], None) == []
