@@ -1,0 +1,50 @@
+"""Engine configuration (torch-free): one dataclass, validated field by field."""
+
+from dataclasses import dataclass
+
+DEFAULT_CPU_KV_BYTES = 512 * 2**20
+
+
+@dataclass
+class EngineConfig:
+    model: str = "floodway/tiny-llama"
+    tokenizer: str | None = None
+    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    device: str = "auto"
+    max_model_len: int | None = None  # default: min(model's max positions, 4096)
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    kv_cache_bytes: int | None = None  # CPU KV budget
+    num_kv_blocks: int | None = None  # explicit override (tests force preemption with it)
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    seed: int = 0
+    served_model_name: str | None = None
+
+    def validate(self) -> None:
+        """Raises ValueError naming the offending field."""
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError("model must be a non-empty string")
+        if self.dtype not in ("auto", "float32", "float16", "bfloat16"):
+            raise ValueError(f"dtype must be one of auto, float32, float16, bfloat16, got {self.dtype!r}")
+        if not isinstance(self.device, str) or not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
+            raise ValueError(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            _positive_int(name, getattr(self, name))
+        for name in ("max_model_len", "kv_cache_bytes", "num_kv_blocks"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        if not isinstance(self.gpu_memory_utilization, (int, float)) or not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+        if not self.enable_chunked_prefill and self.max_model_len is not None \
+                and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError("max_num_batched_tokens must be >= max_model_len when enable_chunked_prefill is off")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+
+def _positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -1,0 +1,42 @@
+"""Offline API: LLM(model).generate(prompts, params) runs the step engine until every prompt finishes."""
+
+from floodway.engine.config import EngineConfig
+from floodway.engine.outputs import RequestOutput
+from floodway.engine.sampling_params import SamplingParams
+
+
+class LLM:
+    def __init__(self, model: str = "floodway/tiny-llama", **engine_config_kwargs):
+        from floodway.engine.llm_engine import LLMEngine
+
+        self.engine = LLMEngine(EngineConfig(model=model, **engine_config_kwargs))
+        self.tokenizer = self.engine.tokenizer
+        self._counter = 0
+
+    def generate(self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams] | None = None,
+                 use_tqdm: bool = False) -> list[RequestOutput]:
+        """Final outputs in input order."""
+        params = params if params is not None else SamplingParams()
+        per = params if isinstance(params, list) else [params] * len(prompts)
+        if len(per) != len(prompts):
+            raise ValueError(f"got {len(per)} SamplingParams for {len(prompts)} prompts")
+        ids = []
+        for prompt, p in zip(prompts, per, strict=True):
+            ids.append(f"gen-{self._counter}")
+            self._counter += 1
+            self.engine.add_request(ids[-1], prompt, p)
+        finals: dict[str, RequestOutput] = {}
+        bar = None
+        if use_tqdm:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(prompts), desc="generate", unit="req")
+        while self.engine.has_unfinished_requests():
+            for out in self.engine.step():
+                if out.finished:
+                    finals[out.request_id] = out
+                    if bar is not None:
+                        bar.update(1)
+        if bar is not None:
+            bar.close()
+        return [finals[i] for i in ids]

@@ -1,0 +1,152 @@
+"""The step-level engine: add, abort, step, stats. Exactly one thread owns an instance."""
+
+import time
+
+import torch
+from floodway.engine.config import EngineConfig
+from floodway.engine.detokenizer import Detokenizer
+from floodway.engine.kv_manager import KVManager
+from floodway.engine.model_runner import ModelRunner, SeqInput
+from floodway.engine.outputs import EngineStats, RequestMetrics, RequestOutput
+from floodway.engine.request import Request
+from floodway.engine.sampler import sample
+from floodway.engine.sampling_params import SamplingParams
+from floodway.engine.scheduler import Scheduler
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig):
+        config.validate()
+        self.config = config
+        self.runner = ModelRunner(config)
+        self.tokenizer = self.runner.tokenizer
+        self.max_model_len = self.runner.max_model_len
+        self.model_name = config.served_model_name or config.model
+        self.kv = KVManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.enable_chunked_prefill)
+        if not config.enable_chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be >= max_model_len "
+                             f"({self.max_model_len}) when enable_chunked_prefill is off")
+        self.requests: dict[str, Request] = {}
+        self.generator = torch.Generator(device=self.runner.device).manual_seed(config.seed)
+        self._pending: list[RequestOutput] = []  # final outputs of aborted requests, returned by the next step
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    # --- admission -------------------------------------------------------------------------------------------
+    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Raises ValueError for a request that could never run; reads only config numbers (thread-safe)."""
+        params.validate()
+        n = len(prompt_token_ids)
+        if n == 0:
+            raise ValueError("prompt is empty")
+        if any(not isinstance(t, int) or not 0 <= t < self.runner.vocab_size for t in prompt_token_ids):
+            raise ValueError(f"prompt token ids must be integers in [0, {self.runner.vocab_size})")
+        if n + params.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds max_model_len "
+                             f"({self.max_model_len})")
+        need = self.kv.blocks_needed(n + params.max_tokens)
+        if need > self.kv.pool.num_total:
+            raise ValueError(f"prompt + max_tokens needs {need} KV blocks, more than the whole pool "
+                             f"({self.kv.pool.num_total})")
+        if any(t >= self.runner.vocab_size for t in params.stop_token_ids):
+            raise ValueError(f"stop_token_ids must be below the vocabulary size {self.runner.vocab_size}")
+
+    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
+                    arrival_time: float | None = None) -> None:
+        if request_id in self.requests:
+            raise ValueError(f"duplicate request_id {request_id!r}")
+        if isinstance(prompt, str):
+            ids = self.tokenizer(prompt).input_ids
+        elif isinstance(prompt, list):
+            ids = list(prompt)
+        else:
+            raise ValueError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+        self.validate_request(ids, params)
+        req = Request(request_id, ids, params, RequestMetrics(arrival_time or time.time()))
+        if params.seed is not None:
+            req.generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+        req.detok = Detokenizer(self.tokenizer, params.stop)
+        self.requests[request_id] = req
+        self.scheduler.add(req)
+        self.prompt_tokens_total += len(ids)
+
+    def abort_request(self, request_id: str) -> None:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return
+        self.scheduler.finish(req)
+        req.finish_reason = "abort"
+        req.metrics.finished_time = time.time()
+        self._pending.append(self._output(req, [], None))
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests) or bool(self._pending)
+
+    # --- one iteration ---------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        outputs, self._pending = self._pending, []
+        sched = self.scheduler.schedule()
+        if not sched.seqs:
+            return outputs
+        seqs = sorted(sched.seqs, key=lambda s: s.num_new_tokens != 1)  # single-token sequences first
+        inputs = [SeqInput(s.req.all_token_ids[s.req.num_computed_tokens:s.req.num_computed_tokens + s.num_new_tokens],
+                           s.req.num_computed_tokens, self.kv.block_table(s.req), s.samples) for s in seqs]
+        sampling = [s.req for s in seqs if s.samples]
+        logits = self.runner.execute(inputs)
+        tokens, logprobs = [], None
+        if sampling:
+            tokens, logprobs = sample(logits, [r.params for r in sampling], [r.generator for r in sampling],
+                                      self.generator)
+        for s in seqs:
+            s.req.num_computed_tokens += s.num_new_tokens
+            self.kv.cache_filled_blocks(s.req)
+        now = time.time()
+        for i, req in enumerate(sampling):
+            outputs.append(self._append(req, tokens[i], logprobs[i] if logprobs else None, now))
+        return outputs
+
+    def _append(self, req: Request, token: int, logprob: float | None, now: float) -> RequestOutput:
+        req.append_token(token)
+        self.generation_tokens_total += 1
+        if req.metrics.first_token_time is None:
+            req.metrics.first_token_time = now
+        p = req.params
+        if token in p.stop_token_ids:
+            req.finish_reason, req.stop_reason = "stop", token
+        elif not p.ignore_eos and token in self.runner.eos_token_ids:
+            req.finish_reason = "stop"
+        else:
+            stop = req.detok.add(token)
+            if stop is not None:
+                req.finish_reason, req.stop_reason = "stop", stop
+            elif len(req.output_token_ids) >= p.max_tokens or req.num_tokens >= self.max_model_len:
+                req.finish_reason = "length"
+        if req.finish_reason is not None:
+            req.metrics.finished_time = now
+            self.scheduler.finish(req)
+            del self.requests[req.request_id]
+        return self._output(req, [token], [logprob] if p.logprobs else None)
+
+    def _output(self, req: Request, new_ids: list[int], new_logprobs: list[float] | None) -> RequestOutput:
+        finished = req.finish_reason is not None
+        return RequestOutput(
+            request_id=req.request_id, prompt_token_ids=req.prompt_token_ids, new_token_ids=new_ids,
+            output_token_ids=list(req.output_token_ids), new_text=req.detok.take_new(finished),
+            text=req.detok.text, finished=finished, finish_reason=req.finish_reason, stop_reason=req.stop_reason,
+            new_logprobs=new_logprobs, num_cached_tokens=max(req.num_cached_tokens, 0), metrics=req.metrics)
+
+    # --- observability ---------------------------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        pool, c = self.kv.pool, self.scheduler.counters
+        used = pool.num_total - pool.num_free
+        running = self.scheduler.running
+        held = sum(len(self.kv.block_table(r)) for r in running) * self.kv.block_size
+        live = sum(min(r.num_computed_tokens, r.num_tokens) for r in running)
+        return EngineStats(
+            num_running=len(running), num_waiting=len(self.scheduler.waiting), num_free_blocks=pool.num_free,
+            num_total_blocks=pool.num_total, kv_cache_usage=used / pool.num_total,
+            prompt_tokens_total=self.prompt_tokens_total, generation_tokens_total=self.generation_tokens_total,
+            num_preemptions_total=c.num_preemptions, prefix_cache_queries_total=c.prefix_queries,
+            prefix_cache_hits_total=c.prefix_hits, kv_utilization=live / held if held else 0.0)

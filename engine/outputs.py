@@ -1,0 +1,46 @@
+"""What the engine hands back: per-request outputs and engine-wide stats (torch-free)."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestMetrics:
+    """Wall-clock `time.time()` seconds; None until the event happens."""
+
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    new_token_ids: list[int]
+    output_token_ids: list[int]
+    new_text: str
+    text: str
+    finished: bool
+    finish_reason: str | None  # None | "stop" | "length" | "abort"
+    stop_reason: str | int | None
+    new_logprobs: list[float] | None
+    num_cached_tokens: int
+    metrics: RequestMetrics
+
+
+@dataclass
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    num_free_blocks: int
+    num_total_blocks: int
+    kv_cache_usage: float
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    num_preemptions_total: int
+    prefix_cache_queries_total: int
+    prefix_cache_hits_total: int
+    # Live tokens over tokens in allocated blocks right now (how full the blocks in use are).
+    kv_utilization: float = 0.0
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,43 @@
+"""Fixtures for the engine's unit tests: one tiny engine per module, checked for leaks after each test."""
+
+import pytest
+
+
+def assert_no_leak(engine) -> None:
+    """Every block is back in the free queue and no ref count is negative."""
+    pool = engine.kv.pool
+    assert not engine.has_unfinished_requests()
+    assert pool.num_free == pool.num_total
+    assert all(b.ref_cnt == 0 for b in pool.blocks)
+    assert not engine.kv.req_blocks
+
+
+def _run_to_end(engine, max_steps: int = 10_000) -> dict:
+    """Steps until idle; returns every output per request id, in order."""
+    seen: dict = {}
+    for _ in range(max_steps):
+        if not engine.has_unfinished_requests():
+            return seen
+        for out in engine.step():
+            seen.setdefault(out.request_id, []).append(out)
+    raise AssertionError("engine did not finish")
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    from floodway.engine.config import EngineConfig
+    from floodway.engine.llm_engine import LLMEngine
+
+    return LLMEngine(EngineConfig(model=tiny_model_path, max_model_len=256, num_kv_blocks=64,
+                                  max_num_batched_tokens=64, max_num_seqs=8))
+
+
+@pytest.fixture()
+def clean_engine(engine):
+    yield engine
+    assert_no_leak(engine)
+
+
+@pytest.fixture(scope="session")
+def run_to_end():
+    return _run_to_end

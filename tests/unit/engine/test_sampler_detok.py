@@ -1,0 +1,52 @@
+import pytest
+import torch
+from floodway.engine.detokenizer import Detokenizer
+from floodway.engine.sampler import sample
+from floodway.engine.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.unit
+
+
+def test_greedy_topk1_and_tiny_top_p_pick_the_argmax():
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    params = [SamplingParams(temperature=0), SamplingParams(top_k=1), SamplingParams(top_p=1e-6),
+              SamplingParams(temperature=1e-4)]
+    tokens, logprobs = sample(logits, params, [None] * 4, torch.Generator().manual_seed(1))
+    assert tokens == logits.argmax(-1).tolist()
+    assert logprobs is None
+
+
+def test_seeded_rows_repeat_whatever_the_batch_and_logprobs_match():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    seeded = SamplingParams(temperature=1.0, seed=5, logprobs=True)
+
+    def draw(batch_rows):
+        gens = [torch.Generator().manual_seed(5) if i == 0 else None for i in range(batch_rows)]
+        return sample(logits[:batch_rows], [seeded] + [SamplingParams()] * (batch_rows - 1), gens,
+                      torch.Generator().manual_seed(batch_rows))
+
+    (t1, lp1), (t3, _) = draw(1), draw(3)
+    assert t1[0] == t3[0]
+    assert lp1[0] == pytest.approx(torch.log_softmax(logits[0], -1)[t1[0]].item())
+
+
+def test_top_k_restricts_the_choice():
+    logits = torch.arange(10, dtype=torch.float32)[None].repeat(200, 1)
+    tokens, _ = sample(logits, [SamplingParams(top_k=2)] * 200, [None] * 200, torch.Generator().manual_seed(0))
+    assert set(tokens) == {8, 9}
+
+
+def test_detokenizer_holds_back_a_possible_stop_string(engine):
+    tok = engine.tokenizer
+    ids = tok("hello world, this is the end of it").input_ids
+    d = Detokenizer(tok, ["the end"])
+    streamed, stop = "", None
+    for t in ids:
+        stop = d.add(t)
+        finished = stop is not None
+        streamed += d.take_new(finished)
+        assert "the end" not in streamed
+        if finished:
+            break
+    assert stop == "the end"
+    assert streamed == d.text == "hello world, this is "
