@@ -91,9 +91,15 @@ def test_burst_scales_up_overflows_and_scales_down(tmp_path, floodway_cmd):
         for t in threads:
             t.start()
         try:
-            wait_for("scale-up to 2 ready replicas and overflow",
-                     lambda: status().get("readyReplicas", 0) >= 2 and backends.get("overflow", 0) > 0,
-                     proc, log, 240)
+            seen_overflowing = []
+
+            def scaled_and_overflowed() -> bool:
+                st = status()
+                if any(c["type"] == "Overflowing" and c["status"] == "True" for c in st.get("conditions", [])):
+                    seen_overflowing.append(st["observed"]["overflowRate"])
+                return st.get("readyReplicas", 0) >= 2 and backends.get("overflow", 0) > 0 and seen_overflowing
+
+            wait_for("scale-up to 2 ready replicas and overflow", scaled_and_overflowed, proc, log, 240)
             peak = status()
         finally:
             stop.set()
@@ -101,6 +107,7 @@ def test_burst_scales_up_overflows_and_scales_down(tmp_path, floodway_cmd):
                 t.join(timeout=150)
         assert peak["desiredReplicas"] == 2
         assert peak["lastScaleReason"].startswith(("panic", "scale up")), peak["lastScaleReason"]
+        assert max(seen_overflowing) > 0  # the status saw the gateway's overflow, as `kubectl get` shows it
         assert backends["overflow"] > 0 and sum(v for k, v in backends.items() if k != "overflow") > 0, backends
         assert not any(code >= 500 for code in codes), codes
 
