@@ -69,9 +69,11 @@ class ServerMetrics:
                                labelnames=["model_name", "finished_reason"], registry=self.registry)
         self.rejected = Counter("floodway_admission_rejected", "Requests refused with 429 by admission control.",
                                 labelnames=labels, registry=self.registry)
+        # Children exist from the start, so every series is scrapeable (as zeros) before the first request.
         for reason in FINISH_REASONS:
             self.success.labels(model_name, reason)
-        self.rejected.labels(model_name)
+        for metric in (self.ttft, self.itl, self.e2e, self.queue, self.rejected):
+            metric.labels(model_name)
         self.registry.register(_StatsCollector(get_stats, model_name))
         self._last_token_time: dict[str, float] = {}  # touched only by the engine loop thread
 

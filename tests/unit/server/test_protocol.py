@@ -1,0 +1,50 @@
+import subprocess
+import sys
+
+import pytest
+from floodway.engine.server.protocol import ChatCompletionRequest, CompletionRequest
+from pydantic import ValidationError
+
+pytestmark = pytest.mark.unit
+
+
+def test_protocol_import_is_torch_free():
+    code = ("import sys, floodway.engine.server.protocol, floodway.engine.server; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("prompt,expected", [
+    ("hi", "hi"), ([1, 2], [1, 2]), (["hi"], "hi"), ([[3, 4]], [3, 4]),
+])
+def test_single_prompt_accepts_text_ids_and_batches_of_one(prompt, expected):
+    assert CompletionRequest(prompt=prompt).single_prompt() == expected
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", -0.1), ("temperature", 2.5), ("temperature", float("nan")), ("temperature", True),
+    ("top_p", 0), ("top_p", 1.01), ("top_k", -2), ("max_tokens", 0), ("max_tokens", 1.5), ("n", 0),
+    ("logprobs", 6), ("stop", [""]), ("stop", ["a"] * 17), ("stream", "true"), ("presence_penalty", 0.1),
+    ("seed", 2**63), ("echo", "no"), ("suffix", "x"),
+])
+def test_out_of_range_values_are_rejected_naming_the_field(field, value):
+    with pytest.raises(ValidationError) as e:
+        CompletionRequest(prompt="x", **{field: value})
+    assert e.value.errors()[0]["loc"][0] == field
+
+
+def test_unknown_fields_are_ignored_and_defaults_apply():
+    r = CompletionRequest(prompt="x", best_of=1, logit_bias={})
+    assert r.max_tokens == 16 and r.n == 1 and r.stop_list() == [] and r.model is None
+    assert CompletionRequest(prompt="x", stop="END").stop_list() == ["END"]
+
+
+def test_chat_messages_accept_text_parts_and_reject_bad_roles():
+    r = ChatCompletionRequest(messages=[{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                     {"type": "text", "text": "b"}]}])
+    assert r.messages[0].text() == "ab"
+    with pytest.raises(ValidationError):
+        ChatCompletionRequest(messages=[{"role": "robot", "content": "x"}])
+    with pytest.raises(ValidationError):
+        ChatCompletionRequest(messages=[])
