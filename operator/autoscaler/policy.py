@@ -11,7 +11,8 @@ holds at most `target_concurrency` (and KV usage at most `kv_target`):
   `panic_hold_s`; the first request seen while at zero replicas scales to one at once;
 - scale down only when no panic, attainment is at target, and the peak demand of the last
   `scale_down_stabilization_s` fits the smaller pool at `scale_down_utilization` of its capacity,
-  at most `max_step_down` replicas per decision;
+  at most `max_step_down` replicas per decision and `scale_down_interval_s` after the last change (in-flight
+  counts grow as a pool shrinks, since each replica's batch and latency grow: look before the next step);
 - bounds; with min_replicas 0, scale to zero after `scale_to_zero_after_s` without any demand (None: never).
 Defaults come from the simulator runs in the README (`floodway simulate`).
 """
@@ -30,13 +31,14 @@ class AutoscalerPolicy:
     target_concurrency: float = 32.0  # requests in flight per replica at which it still meets the SLO
     kv_target: float = 0.85
     slo_attainment: float = 0.99
-    scale_up_window_s: float = 15.0
+    scale_up_window_s: float = 60.0
     max_step_up: int = 4
     panic_threshold: float = 2.0
     panic_hold_s: float = 60.0
     scale_down_stabilization_s: float = 180.0
     scale_down_utilization: float = 0.7
     max_step_down: int = 1
+    scale_down_interval_s: float = 30.0  # between two changes before a scale-down: see the smaller pool's load
     scale_to_zero_after_s: float | None = None
     assumed_request_s: float = 10.0  # service time assumed for overflowed demand before any is observed
 
@@ -153,6 +155,8 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
         return scaled(st, now, cur, f"SLO attainment {signals.attainment:.3f} below target")
     if now - st.observed_since < p.scale_down_stabilization_s:
         return scaled(st, now, cur, "not yet observed for a stabilization window")
+    if st.last_scale_time is not None and now - st.last_scale_time < p.scale_down_interval_s:
+        return scaled(st, now, cur, "waiting to observe the last change")
     peak = max(window(st.history, now, p.scale_down_stabilization_s))
     fits = math.ceil(peak / (p.target_concurrency * p.scale_down_utilization))
     fits = max(fits, math.ceil(sum(signals.kv_usage) / (p.kv_target * p.scale_down_utilization)))
