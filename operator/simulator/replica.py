@@ -53,6 +53,9 @@ class ReplicaProfile:
             raise ValueError(f"cannot read replica profile {path}: {e}") from None
         if not isinstance(data, dict):
             raise ValueError(f"replica profile {path}: expected a JSON object")
+        # A measured decode step already includes reading the KV of its context (bench engine records
+        # decode_context_tokens), so a profile adds no KV-read term unless it names one.
+        data = {"decode_s_per_kv_token": 0.0, **data}
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 

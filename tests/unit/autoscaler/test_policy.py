@@ -62,6 +62,9 @@ def test_scales_down_after_the_stabilization_window_one_step_at_a_time():
     first_drop = next(i for i, d in enumerate(ds) if d.replicas < 6)
     assert first_drop * P.interval_s >= P.scale_down_stabilization_s
     assert all(a.replicas - b.replicas <= 1 for a, b in zip(ds, ds[1:], strict=False))
+    # Each step down waits scale_down_interval_s to see the smaller pool's load.
+    drops = [i * P.interval_s for i, (a, b) in enumerate(zip(ds, ds[1:], strict=False)) if b.replicas < a.replicas]
+    assert min(b - a for a, b in zip(drops, drops[1:], strict=False)) >= P.scale_down_interval_s
     assert ds[-1].replicas == 2  # 10 in flight fits 2 replicas at 70% of target 10
     assert "scale down" in next(d.reason for d in ds if d.replicas < 6)
 

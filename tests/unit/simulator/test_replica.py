@@ -74,6 +74,23 @@ def test_profile_from_json(tmp_path):
                                 "kv_capacity_tokens": 1000, "max_num_seqs": 4}))
     p = ReplicaProfile.from_json(path)
     assert p.decode_step(8) == 0.03 and p.max_num_seqs == 4 and p.model == "m"
+    assert p.decode_s_per_kv_token == 0.0
+
+
+def test_profile_as_bench_engine_writes_it(tmp_path):
+    # The keys `floodway bench engine --profile-out` writes (engine/bench/engine_profile.py), extras included.
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({
+        "model": "floodway/llama-150m", "prefill_tokens_per_s": 1800.5, "decode_step_s": {"1": 0.03, "8": 0.05,
+                                                                                          "32": 0.11, "64": 0.2},
+        "decode_context_tokens": 256, "kv_capacity_tokens": 32768, "max_num_seqs": 64, "block_size": 16,
+        "max_num_batched_tokens": 2048, "device": "cpu", "dtype": "float32"}))
+    p = ReplicaProfile.from_json(path)
+    assert (p.kv_capacity_tokens, p.max_num_batched_tokens, p.decode_step(64)) == (32768, 2048, 0.2)
+    rep, done = replica(p)
+    rep.submit(SimRequest(0.0, 100, 3), 0.0)
+    rep.advance_to(10)
+    assert done[0].first_token_s == pytest.approx(100 / 1800.5)
     path.write_text(json.dumps({"prefill_tokens_per_s": -1}))
     with pytest.raises(ValueError, match="prefill_tokens_per_s must be > 0"):
         ReplicaProfile.from_json(path)
