@@ -4,7 +4,6 @@ Everything here is synchronous and side-effect free except tokenization; the rou
 to the engine front end.
 """
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -158,8 +157,7 @@ def chat_response(rid: str, model: str, created: int, c: Collected, tokenizer, l
 
 
 def sse(obj) -> str:
-    data = obj.model_dump_json(exclude_none=False) if hasattr(obj, "model_dump_json") else json.dumps(obj)
-    return f"data: {data}\n\n"
+    return f"data: {obj.model_dump_json()}\n\n"
 
 
 DONE = "data: [DONE]\n\n"
