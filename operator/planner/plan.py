@@ -104,10 +104,13 @@ def make_plan(req: PlanRequest) -> dict:
             plan["decode_ceiling_batch1_tokens_per_s"] = decode_ceiling_tokens_per_s(
                 req.gpus * gpu.bandwidth_bytes_per_s, mem.weight_bytes)
     if req.profile:
-        profile = load_profile(req.profile)
+        profile, raw = load_profile(req.profile)
         speed = profile_speed(profile, context_tokens)
-        notes.append(f"profile step model (shared with `floodway simulate`): measured step at the batch size plus "
-                     f"{profile.decode_s_per_kv_token:.3g} s per context token read")
+        measured_at = raw.get("decode_context_tokens")
+        notes.append("profile step model (shared with `floodway simulate`): the measured step at the batch size"
+                     + (f" (measured at {measured_at} context tokens; this workload averages {context_tokens})"
+                        if measured_at else "")
+                     + f", plus {profile.decode_s_per_kv_token:.3g} s per context token read")
         if profile.model != req.model:
             notes.append(f"the profile was measured on model {profile.model!r}, not {req.model!r}")
     if speed is None:

@@ -17,19 +17,9 @@ from floodway.operator.simulator.replica import ReplicaProfile
 REQUIRED_PROFILE_FIELDS = ("model", "prefill_tokens_per_s", "decode_step_s", "kv_capacity_tokens", "max_num_seqs")
 
 
-def parse_profile(data: dict, source: str = "profile") -> ReplicaProfile:
-    """The simulator's replica profile, strict about the measured fields: a plan from defaults would mislead."""
-    missing = [k for k in REQUIRED_PROFILE_FIELDS if k not in data]
-    if missing:
-        raise PlanError(f"{source}: missing {', '.join(missing)} (written by `floodway bench engine --profile-out`)")
-    known = set(ReplicaProfile.__dataclass_fields__)
-    try:
-        return ReplicaProfile(**{k: v for k, v in data.items() if k in known})
-    except (TypeError, ValueError, AttributeError) as e:
-        raise PlanError(f"{source}: {e}") from None
-
-
-def load_profile(path: str) -> ReplicaProfile:
+def load_profile(path: str) -> tuple[ReplicaProfile, dict]:
+    """(the profile as the simulator loads it, the raw JSON). Strict about the measured fields: a plan built
+    on the simulator's defaults would mislead."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -37,7 +27,14 @@ def load_profile(path: str) -> ReplicaProfile:
         raise PlanError(f"profile {path}: cannot read: {e}") from e
     if not isinstance(data, dict):
         raise PlanError(f"profile {path}: not a JSON object")
-    return parse_profile(data, f"profile {path}")
+    missing = [k for k in REQUIRED_PROFILE_FIELDS if k not in data]
+    if missing:
+        raise PlanError(f"profile {path}: missing {', '.join(missing)} "
+                        "(written by `floodway bench engine --profile-out`)")
+    try:
+        return ReplicaProfile.from_json(path), data
+    except (TypeError, ValueError, AttributeError) as e:
+        raise PlanError(f"profile {path}: {e}") from None
 
 
 def decode_ceiling_tokens_per_s(bandwidth_bytes_per_s: float, weight_bytes: int) -> float:

@@ -10,7 +10,6 @@ from floodway.operator.planner.throughput import (
     Speed,
     bound_speed,
     load_profile,
-    parse_profile,
     profile_speed,
     replica_capacity,
     replicas_for,
@@ -56,11 +55,15 @@ def test_profile_caps_batch_by_its_kv_capacity():
     assert cap.batch == 18 and "profiled engine" in cap.limited_by  # 20,000 // 1,100
 
 
-def test_profile_round_trip_uses_the_simulators_step_model(tmp_path):
+def write(tmp_path, data) -> str:
     path = tmp_path / "profile.json"
-    path.write_text(json.dumps({**PROFILE, "decode_s_per_kv_token": 1e-7}))
-    profile = load_profile(str(path))
-    assert profile.decode_step_s == {1: 0.011, 8: 0.018, 32: 0.042}
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_profile_round_trip_uses_the_simulators_step_model(tmp_path):
+    profile, raw = load_profile(write(tmp_path, {**PROFILE, "decode_s_per_kv_token": 1e-7}))
+    assert profile.decode_step_s == {1: 0.011, 8: 0.018, 32: 0.042} and raw["model"] == PROFILE["model"]
     speed = profile_speed(profile, context_tokens=100)
     # between measured points the step is interpolated (14 ms at batch 4); each sequence reads 100 KV tokens
     assert speed.source == "profile" and speed.step_s(4) == pytest.approx(0.014 + 4 * 100 * 1e-7)
@@ -68,18 +71,25 @@ def test_profile_round_trip_uses_the_simulators_step_model(tmp_path):
     assert speed.batch_cap(1000) == 20 and speed.batch_cap(100) == 64
 
 
+def test_a_bench_profile_adds_no_kv_term(tmp_path):
+    # `floodway bench engine` measures steps at a real context, so (as in the simulator) no KV term is added
+    profile, _ = load_profile(write(tmp_path, {**PROFILE, "decode_context_tokens": 256}))
+    assert profile.decode_s_per_kv_token == 0.0
+    assert profile_speed(profile, context_tokens=5000).step_s(8) == pytest.approx(0.018)
+
+
 @pytest.mark.parametrize("change,message", [
     ({"decode_step_s": None}, "missing decode_step_s"),
     ({"kv_capacity_tokens": None, "model": None}, "missing model, kv_capacity_tokens"),
-    ({"prefill_tokens_per_s": "fast"}, "profile: "),
+    ({"prefill_tokens_per_s": "fast"}, "profile .*: "),
     ({"decode_step_s": {"0": 0.01}}, "batch sizes >= 1"),
     ({"decode_step_s": {"1": -1}}, "positive step times"),
     ({"max_num_seqs": 0}, "max_num_seqs must be > 0"),
 ])
-def test_bad_profiles(change, message):
+def test_bad_profiles(tmp_path, change, message):
     data = {k: v for k, v in {**PROFILE, **change}.items() if v is not None}
     with pytest.raises(PlanError, match=message):
-        parse_profile(data)
+        load_profile(write(tmp_path, data))
 
 
 def test_unreadable_profile(tmp_path):
