@@ -1,5 +1,6 @@
 """`floodway operator`: run the kopf operator against the current kubeconfig or in-cluster config."""
 
+import asyncio
 import logging
 import os
 import socket
@@ -7,6 +8,11 @@ import sys
 import threading
 
 import typer
+
+
+def quiet_timer(record: logging.LogRecord) -> bool:
+    """The autoscaling timer wakes every second per service; its routine success is not worth a log line."""
+    return not (record.levelno <= logging.INFO and str(record.msg).startswith("Timer 'autoscale' succeeded"))
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -36,7 +42,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from floodway.operator.render import Images
 
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("kopf.objects").addFilter(quiet_timer)
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
         api = load_api_client(kubeconfig, context)
+        if not api.configuration.verify_ssl:  # the kubeconfig asked for it; say so once, not per request
+            import urllib3
+
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+            logging.warning("TLS verification of the API server is off (insecure-skip-tls-verify)")
         if kubeconfig or context:
             from floodway.operator.controller.login import register_login
 
@@ -44,22 +57,35 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         kube = Kube(api)
         if health_port:
             serve_health(health_port)
-        stop = threading.Event()
+        stop = threading.Event()  # ends the lease renewal
         lost = threading.Event()
+        elector = None
         if lease_namespace:
             me = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
             elector = LeaderElector(kube, lease_namespace, lease_name, me, lease_duration)
             if not elector.wait_until_leader(stop):
                 return
-
-            def on_lost():
-                lost.set()
-                stop.set()
-
-            threading.Thread(target=elector.keep_renewing, args=(stop, on_lost), daemon=True).start()
         memo = kopf.Memo(kube=kube, images=Images.from_env(), gateway_url_template=gateway_url)
-        kopf.run(clusterwide=not namespace, namespaces=namespace or (), standalone=True, memo=memo,
-                 stop_flag=stop)
-        stop.set()
+
+        async def run() -> None:
+            # kopf stops on SIGTERM/SIGINT by itself; a lost Lease stops it through this flag. (A threading.Event
+            # as kopf's stop flag would park an executor thread that blocks the loop's shutdown.)
+            loop = asyncio.get_running_loop()
+            stop_flag = asyncio.Event()
+            if elector is not None:
+                def on_lost():
+                    lost.set()
+                    loop.call_soon_threadsafe(stop_flag.set)
+
+                threading.Thread(target=elector.keep_renewing, args=(stop, on_lost), daemon=True).start()
+            await kopf.operator(clusterwide=not namespace, namespaces=namespace or (), standalone=True, memo=memo,
+                                stop_flag=stop_flag)
+
+        try:
+            asyncio.run(run())
+        finally:
+            stop.set()
+            if elector is not None and not lost.is_set():
+                elector.release()
         if lost.is_set():
             sys.exit(1)

@@ -34,7 +34,7 @@ def transition_events(old: list[dict], new: list[dict]) -> list[Event]:
         if prev and prev["status"] == c["status"] and prev.get("reason") == c.get("reason"):
             continue
         bad = (c["type"] in _GOOD and c["status"] == "False") or (c["type"] in _BAD and c["status"] == "True")
-        if prev is None and not bad:
-            continue  # a first, healthy condition is not news
+        if prev is None and (not bad or c["type"] == "Ready"):
+            continue  # a first healthy condition is not news, nor a new service that is not ready yet
         events.append(Event("Warning" if bad else "Normal", c["reason"] or c["type"], c["message"] or c["type"]))
     return events

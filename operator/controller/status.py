@@ -57,7 +57,10 @@ def build_status(spec: InferenceServiceSpec, previous: dict, obs: Observation, n
         conds = set_condition(conds, type_, state, reason, message, now, generation)
 
     ready, desired = obs.ready_replicas or 0, obs.desired_replicas
-    if obs.gateway_ready is False:
+    if obs.ready_replicas is None and obs.gateway_ready is None:
+        if not any(c["type"] == "Ready" for c in conds):  # just applied: the first tick will know more
+            cond("Ready", "Unknown", "Reconciling", "objects applied; waiting for the first autoscaler tick")
+    elif obs.gateway_ready is False:
         cond("Ready", "False", "GatewayNotReady", "the gateway has no ready pod")
     elif ready > 0:
         cond("Ready", "True", "ReplicasReady", f"{ready} engine replica(s) ready")
@@ -66,11 +69,13 @@ def build_status(spec: InferenceServiceSpec, previous: dict, obs: Observation, n
     else:
         cond("Ready", "False", "NoReadyReplica", "waiting for an engine replica to load the model")
 
-    if desired is not None and obs.replicas is not None and (desired != obs.replicas or ready < desired):
-        direction = "ScalingUp" if desired > ready else "ScalingDown"
-        cond("Scaling", "True", direction, obs.scale_reason or f"{ready} of {desired} replicas ready")
-    else:
-        cond("Scaling", "False", "Stable", obs.scale_reason or "replicas match the autoscaler's decision")
+    if desired is not None and obs.replicas is not None:  # unknown (just applied): leave it as it was
+        if desired > ready:
+            cond("Scaling", "True", "ScalingUp", f"{ready} of {desired} replicas ready")
+        elif obs.replicas > desired:
+            cond("Scaling", "True", "ScalingDown", f"{obs.replicas} replicas, scaling down to {desired}")
+        else:
+            cond("Scaling", "False", "Stable", f"{ready} of {desired} replicas ready")
 
     if obs.signals is not None:
         status["observed"] = observed(obs.signals)

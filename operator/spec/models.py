@@ -12,8 +12,9 @@ _POLICY = AutoscalerPolicy()  # the autoscaler's tuned defaults are the spec's d
 
 
 def _section(cls, description: str):
-    # Sections default to {} so that the API server fills in their fields' defaults too.
-    return Field(default_factory=cls, description=description, json_schema_extra={"default": {}})
+    # A missing section gets all its fields' defaults. The API server checks a default against the section's
+    # CEL rules as written (no nested defaulting first), so the default spells every field out.
+    return Field(default_factory=cls, description=description, json_schema_extra={"default": cls().dump()})
 
 
 class EnvVar(SpecModel):

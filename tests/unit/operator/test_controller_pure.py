@@ -176,3 +176,14 @@ def test_fit_check_levels_become_conditions():
     assert conds(st)["FitsGPU"]["status"] == "False"
     st = build_status(tight, {}, Observation(fit_level="unchecked", fit_message="no GPU"), T0, 1, "", "")
     assert conds(st)["FitsGPU"]["status"] == "Unknown"
+
+
+def test_scaling_condition_directions_and_unknown_counts():
+    up = build_status(spec(), {}, Observation(replicas=3, ready_replicas=1, desired_replicas=3), T0, 1, "", "")
+    assert conds(up)["Scaling"]["reason"] == "ScalingUp"
+    down = build_status(spec(), up, Observation(replicas=3, ready_replicas=3, desired_replicas=2), T1, 1, "", "")
+    assert conds(down)["Scaling"]["reason"] == "ScalingDown"
+    kept = build_status(spec(), down, Observation(desired_replicas=2), T1, 1, "", "")  # reconcile: counts unknown
+    assert conds(kept)["Scaling"] == conds(down)["Scaling"]
+    assert conds(build_status(spec(), {}, Observation(desired_replicas=1), T0, 1, "", ""))["Ready"]["status"] == \
+        "Unknown"

@@ -67,7 +67,8 @@ def test_defaults_match_the_model():
     model = InferenceServiceSpec(model="m")
     assert spec["engine"]["properties"]["maxNumSeqs"]["default"] == model.engine.max_num_seqs
     assert spec["replicas"]["properties"]["max"]["default"] == model.replicas.max
-    assert spec["engine"]["default"] == {} and "default" not in spec["servedModelName"]
+    assert spec["engine"]["default"] == model.engine.dump() and "default" not in spec["servedModelName"]
+    assert spec["replicas"]["default"] == {"min": 1, "max": 4}
 
 
 def test_rules_cover_every_model_with_rules():
@@ -88,3 +89,16 @@ def test_subresources_columns_and_names():
     assert crd["names"]["shortNames"] == ["fwis"]
     conditions = schema()["properties"]["status"]["properties"]["conditions"]
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+
+
+def test_section_defaults_satisfy_their_cel_rules():
+    # The API server evaluates a section's CEL rules on its default as written (no nested defaulting), so
+    # every field a rule reads without has() must be in the default.
+    import re
+
+    spec = schema()["properties"]["spec"]["properties"]
+    for name, section in spec.items():
+        for rule in section.get("x-kubernetes-validations", []):
+            guarded = set(re.findall(r"has\(self\.(\w+)\)", rule["rule"]))
+            for field in set(re.findall(r"self\.(\w+)", rule["rule"])) - guarded:
+                assert field in section["default"], f"spec.{name} default lacks {field} read by {rule['rule']}"
