@@ -7,7 +7,7 @@ export PYTHONSAFEPATH := 1
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup run test lint
+.PHONY: setup run test lint cluster-tools
 
 setup: $(VENV)/.installed
 
@@ -24,5 +24,9 @@ run: setup
 lint: setup
 	$(BIN)/ruff check .
 
-test: lint
+# The cluster tier runs a real control plane built from Go modules (cached by version after the first build).
+cluster-tools:
+	bash e2e/cluster/build.sh
+
+test: lint cluster-tools
 	$(BIN)/pytest
