@@ -17,6 +17,7 @@ def autoscaler_policy(spec: InferenceServiceSpec) -> AutoscalerPolicy:
         panic_threshold=a.panic_threshold, panic_hold_s=a.panic_hold_seconds,
         scale_down_stabilization_s=a.scale_down_stabilization_seconds,
         scale_down_utilization=a.scale_down_utilization, max_step_down=a.max_scale_down_step,
+        scale_down_interval_s=a.scale_down_interval_seconds,
         scale_to_zero_after_s=a.scale_to_zero_after_seconds)
 
 

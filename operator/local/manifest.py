@@ -19,7 +19,8 @@ DEFAULT_MANIFEST = {
         "replicas": {"min": 1, "max": 3},
         "slo": {"ttftMs": 2000, "tpotMs": 200},
         "autoscaling": {"intervalSeconds": 2, "targetConcurrency": 4, "scaleUpWindowSeconds": 4,
-                        "panicHoldSeconds": 10, "scaleDownStabilizationSeconds": 30},
+                        "panicHoldSeconds": 10, "scaleDownStabilizationSeconds": 30,
+                        "scaleDownIntervalSeconds": 10},
         "overflow": {"maxWaitingPerReplica": 4},  # enabled, pointing at the local stand-in, by `floodway up`
     },
 }

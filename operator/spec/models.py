@@ -134,6 +134,8 @@ class AutoscalingSpec(SpecModel):
     """Share of the smaller pool's capacity the peak demand may use for a scale-down."""
     max_scale_down_step: int = Field(_POLICY.max_step_down, ge=1)
     """Most replicas removed by one decision."""
+    scale_down_interval_seconds: float = Field(_POLICY.scale_down_interval_s, ge=0)
+    """Least time between a replica change and the next scale-down (the smaller pool's load is seen first)."""
     scale_to_zero_after_seconds: float | None = Field(None, ge=0)
     """Idle time after which a service with replicas.min 0 scales to zero (unset: never)."""
 

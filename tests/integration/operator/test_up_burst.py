@@ -26,7 +26,7 @@ SPEC = {
         "replicas": {"min": 1, "max": 2},
         "slo": {"ttftMs": 5000, "tpotMs": 1000},
         "autoscaling": {"intervalSeconds": 1, "targetConcurrency": 2, "scaleUpWindowSeconds": 2,
-                        "panicHoldSeconds": 2, "scaleDownStabilizationSeconds": 4},
+                        "panicHoldSeconds": 2, "scaleDownStabilizationSeconds": 4, "scaleDownIntervalSeconds": 2},
         "overflow": {"maxWaitingPerReplica": 1},
     },
 }

@@ -129,3 +129,16 @@ def test_images_from_environment():
     assert objs[("Deployment", "chat-engine")]["metadata"]["labels"]["app.kubernetes.io/version"] == "2"
     assert objs[("Deployment", "chat-gateway")]["spec"]["template"]["spec"]["containers"][0]["image"] == "reg/op:2"
     assert service_url(OWNER) == "http://chat.team.svc/v1"
+
+
+def test_rendered_gateway_config_is_a_valid_gateway_config():
+    from floodway.operator.gateway.config import GatewayConfig
+    from floodway.operator.render.gateway import gateway_config
+
+    for s in (spec(), spec(overflow=OVERFLOW)):
+        config = GatewayConfig.model_validate(cluster_gateway_config(s, OWNER))
+        assert config.backends.kubernetes.service == "chat-engine" and config.port == 8080
+        local = GatewayConfig.model_validate(gateway_config(s, {"static": ["http://127.0.0.1:9"]}, 9000, "127.0.0.1"))
+        assert local.overflow.enabled == s.overflow.enabled
+    with_overflow = cluster_gateway_config(spec(overflow=OVERFLOW), OWNER)
+    assert GatewayConfig.model_validate(with_overflow).overflow.model == "small"
