@@ -28,6 +28,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         overflow_ttft_factor: float = typer.Option(0.5, help="Gateway overflows when the predicted TTFT exceeds this "
                                                              "share of the TTFT SLO (its predicted_ttft_factor)."),
         overflow_rpm: float = typer.Option(None, help="Overflow budget in requests per minute (default unlimited)."),
+        waiting_includes_prefill: bool = typer.Option(False, "--waiting-includes-prefill",
+                                                      help="The gateway counts requests still in prefill as "
+                                                           "waiting (for its overflow rule)."),
         scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: shared/data/traces)."),
@@ -37,10 +40,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from floodway.operator.simulator.run import Options, run_cli
 
         try:
-            out = run_cli(Options(trace, scenario, list(policy or []) or list(DEFAULT_POLICIES), overflow, png,
-                                  compress, profile, max_num_seqs, cold_start, ttft_slo, tpot_slo, attainment,
-                                  target_concurrency, overflow_max_waiting, overflow_ttft_factor, overflow_rpm,
-                                  scale_to_zero, static_peak, traces_dir, seed))
+            out = run_cli(Options(
+                trace=trace, scenario=scenario, policies=list(policy or []) or list(DEFAULT_POLICIES),
+                overflow=overflow, png=png, compress=compress, profile=profile, max_num_seqs=max_num_seqs,
+                cold_start_s=cold_start, ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo, attainment=attainment,
+                target_concurrency=target_concurrency, overflow_max_waiting=overflow_max_waiting,
+                overflow_ttft_factor=overflow_ttft_factor, overflow_rpm=overflow_rpm,
+                waiting_includes_prefill=waiting_includes_prefill, scale_to_zero_s=scale_to_zero,
+                static_peak=static_peak, traces_dir=traces_dir, seed=seed))
         except (ValueError, FileNotFoundError) as e:
             raise typer.BadParameter(str(e)) from None
         typer.echo(out)

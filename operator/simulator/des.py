@@ -31,6 +31,9 @@ class SimConfig:
     external_tpot_s: float = 0.03
     signal_window_s: float = 30.0
     sample_s: float = 10.0
+    # The gateway's PoolState.waiting: engines' waiting queues only (as scraped), or also the requests still in
+    # prefill (the gateway knows its own requests without a first byte): those delay TTFT just as much.
+    waiting_includes_prefill: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ class Simulation:
         ready = self._routable()
         n = len(ready)
         waiting = sum(s.replica.waiting for s in ready)
+        if self.cfg.waiting_includes_prefill:
+            waiting += sum(len(s.replica.prefilling) for s in ready)
         running = sum(s.replica.running for s in ready)
         pred = None
         if n:

@@ -31,6 +31,7 @@ class Options:
     overflow_max_waiting: float = 2.0
     overflow_ttft_factor: float = 0.5
     overflow_rpm: float | None = None
+    waiting_includes_prefill: bool = False
     scale_to_zero_s: float | None = None
     static_peak: int | None = None
     traces_dir: str | None = None
@@ -66,6 +67,7 @@ def prepare(opts: Options):
         raise ValueError("cold start must be >= 0 seconds")
     budget = BudgetLimits(requests_per_minute=opts.overflow_rpm)
     cfg = SimConfig(profile=profile, cold_start_s=opts.cold_start_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
+                    waiting_includes_prefill=opts.waiting_includes_prefill,
                     overflow=OverflowPolicy(max_waiting_per_replica=opts.overflow_max_waiting, ttft_slo_s=ttft,
                                             predicted_ttft_factor=opts.overflow_ttft_factor, budget=budget))
     ours = AutoscalerPolicy(target_concurrency=_pick(opts.target_concurrency, sc.target_concurrency),

@@ -81,3 +81,12 @@ def test_static_peak_is_the_smallest_pool_meeting_the_target():
     assert summarize(simulate(tr, static(n - 1), CFG)).attainment < 0.99
     with pytest.raises(ValueError, match="unknown policy"):
         compare.parse_policy("magic+overflow")
+
+
+def test_counting_prefill_as_waiting_overflows_a_burst_sooner():
+    tr = idle_then_burst(base_rate=0.2, burst_rate=30, duration_s=200, burst_at_s=100, burst_len_s=30, bursts=1)
+    cfg = replace(CFG, overflow=OverflowPolicy(enabled=True, max_waiting_per_replica=2))
+    scraped = summarize(simulate(tr, static(1), cfg))
+    with_prefill = summarize(simulate(tr, static(1), replace(cfg, waiting_includes_prefill=True)))
+    assert with_prefill.overflow_share > scraped.overflow_share
+    assert with_prefill.ttft_p99 < scraped.ttft_p99
