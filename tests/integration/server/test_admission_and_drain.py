@@ -19,7 +19,7 @@ MAX_WAITING = 3
 @pytest.fixture(scope="module")
 def small_server(start_engine):
     return start_engine("--max-num-seqs", "2", "--max-waiting-requests", str(MAX_WAITING),
-                        "--drain-timeout", "6")
+                        "--drain-timeout", "10")
 
 
 def _metric(url: str, name: str) -> float:
