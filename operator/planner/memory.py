@@ -43,9 +43,10 @@ def weight_precision(shape: ModelShape, dtype: str, quantization: str | None) ->
     return {4: "int4", 8: "int8"}.get(shape.quantization_bits, dtype)
 
 
-def precisions(shape: ModelShape, dtype: str, quantization: str | None, kv_cache_dtype: str | None) -> tuple[str, str]:
-    """(weight precision, KV cache dtype) when serving on a GPU; the KV cache follows the compute dtype."""
-    act = compute_dtype(dtype, on_gpu=True)
+def precisions(shape: ModelShape, dtype: str, quantization: str | None, kv_cache_dtype: str | None,
+               on_gpu: bool = True) -> tuple[str, str]:
+    """(weight precision, KV cache dtype); the KV cache follows the compute dtype unless told otherwise."""
+    act = compute_dtype(dtype, on_gpu)
     kv_dtype = canonical_dtype(kv_cache_dtype) if kv_cache_dtype and kv_cache_dtype != "auto" else act
     return weight_precision(shape, act, quantization), kv_dtype
 

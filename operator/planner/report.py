@@ -3,6 +3,10 @@
 from floodway.operator.planner.units import fmt_bytes
 
 
+def _decimal(n: float) -> str:
+    return f"{n / 1e9:,.2f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
+
+
 def _ms(s: float) -> str:
     return f"{s * 1000:,.1f} ms"
 
@@ -19,7 +23,7 @@ def render_text(plan: dict) -> str:
                   f"vocab {m['vocab_size']}"),
         ("Parameters", f"{m['params']:,} ({m['params_source']})"),
         ("Weights", f"{w['precision']}: {fmt_bytes(w['bytes'])}"),
-        ("  by precision", ", ".join(f"{p} {b / 1e9:,.2f} GB" for p, b in w["by_precision"].items())),
+        ("  by precision", ", ".join(f"{p} {_decimal(b)}" for p, b in w["by_precision"].items())),
         ("KV cache", f"{kv['dtype']}: {kv['bytes_per_token']:,} bytes/token"),
         ("  per sequence", f"{kv['max_model_len']:,} tokens (maxModelLen): "
                            f"{fmt_bytes(kv['bytes_per_sequence_at_max_model_len'])}; {kv['expected_tokens']:,} "
@@ -52,8 +56,9 @@ def render_text(plan: dict) -> str:
                            f"prefill {t['prefill_tokens_per_s']:,.0f} tokens/s"),
         ]
         if t["replicas"] is not None:
-            plural = "s" if t["gpus_total"] != 1 else ""
-            rows.append(("Replicas", f"{t['replicas']} for {t['rate']:g} requests/s ({t['gpus_total']} GPU{plural})"))
+            gpus = t["gpus_total"]
+            rows.append(("Replicas", f"{t['replicas']} for {t['rate']:g} requests/s"
+                                     + (f" ({gpus} GPU{'s' if gpus != 1 else ''})" if gpus is not None else "")))
     c = plan["cost"]
     if c:
         rows.append(("Cost", f"{_money(c['self_per_million_tokens'])} per million tokens on a busy replica "

@@ -103,3 +103,15 @@ def test_real_process_and_no_torch(floodway_cmd, llama2_7b):
             "assert r.exit_code == 0, r.output; print([m for m in ('torch', 'transformers') if m in sys.modules])")
     check = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60)
     assert check.stdout.strip() == "[]", check.stdout + check.stderr
+
+
+def test_cpu_profile_plans_float32_and_counts_no_gpus(tmp_path):
+    profile = tmp_path / "cpu.json"
+    profile.write_text(json.dumps({"model": "floodway/tiny-llama", "prefill_tokens_per_s": 300,
+                                   "decode_step_s": {"1": 0.27, "64": 0.35}, "decode_context_tokens": 256,
+                                   "kv_capacity_tokens": 65536, "max_num_seqs": 64, "device": "cpu"}))
+    p = plan("--model", "floodway/tiny-llama", "--profile", str(profile), "--rate", "2", "--prompt-tokens", "200",
+             "--output-tokens", "100")
+    assert p["weights"]["precision"] == "float32" and p["kv"]["bytes_per_token"] == 4096  # 2 x 4 x 4 x 32 x 4
+    assert p["throughput"]["replicas"] is not None and p["throughput"]["gpus_total"] is None
+    assert any("measured at 256 context tokens; this workload averages 250" in n for n in p["notes"])
