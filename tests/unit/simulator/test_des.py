@@ -84,8 +84,10 @@ def test_static_peak_is_the_smallest_pool_meeting_the_target():
 
 
 def test_counting_prefill_as_waiting_overflows_a_burst_sooner():
+    # A large batch cap: the burst is admitted at once and queues in prefill, invisible to scraped waiting.
     tr = idle_then_burst(base_rate=0.2, burst_rate=30, duration_s=200, burst_at_s=100, burst_len_s=30, bursts=1)
-    cfg = replace(CFG, overflow=OverflowPolicy(enabled=True, max_waiting_per_replica=2))
+    cfg = SimConfig(profile=ReplicaProfile(max_num_seqs=256), overflow=OverflowPolicy(enabled=True,
+                                                                                     max_waiting_per_replica=2))
     scraped = summarize(simulate(tr, static(1), cfg))
     with_prefill = summarize(simulate(tr, static(1), replace(cfg, waiting_includes_prefill=True)))
     assert with_prefill.overflow_share > scraped.overflow_share
