@@ -17,11 +17,12 @@ Inputs of `overflow_decision(pool, policy, request, now)`:
 Rule, in order: a trigger fires when there is no ready replica, when waiting per ready replica reaches
 `max_waiting_per_replica`, or when the predicted TTFT exceeds `predicted_ttft_factor` x the TTFT SLO.
 No trigger: local. Trigger and overflow allowed (enabled, no opt-out, breaker closed or probing, budget
-left, the API has not failed this request): overflow. Opt-out, overflow disabled, or the API failed this
-request: local when a replica is ready (the engines queue it, and answer 429 themselves when full).
-Breaker open or budget spent (the pool is short and overflow would help later): the request waits in the
-gateway's bounded hold queue, re-evaluated until `hold_timeout_s` after arrival; a full queue or a passed
-deadline rejects it (429 with Retry-After).
+left, the API has not failed this request): overflow. Opt-out, overflow disabled, the API failed this
+request or its breaker is open (an outage must not turn servable traffic into errors): local when a
+replica is ready (the engines queue it, and answer 429 themselves when full). Budget spent: the request
+waits in the gateway's bounded hold queue for local capacity or budget, re-evaluated until
+`hold_timeout_s` after arrival; a full queue or a passed deadline rejects it (429 with Retry-After). With
+no ready replica, every blocked request waits there the same way.
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ def overflow_decision(pool: PoolState, policy: OverflowPolicy, request: RequestI
     blocked = _blocked_reason(pool, policy, request, now)
     if blocked is None:
         return Decision("overflow", trigger)
-    if blocked in ("opt_out", "overflow_disabled", "overflow_failed") and pool.ready > 0:
+    if blocked != "budget_exhausted" and pool.ready > 0:
         return Decision("local", blocked)
     retry_after = _retry_after_s(pool, policy, request, blocked, now)
     if now - request.arrived_at >= policy.hold_timeout_s:

@@ -45,14 +45,15 @@ def engines(tmp_path_factory):
 
 @pytest.fixture
 def gateway(tmp_path):
-    """start(config: dict, env=None) -> Proc; every gateway started is stopped after the test."""
+    """start(config: dict, env=None, ready_path="/ready") -> Proc; every gateway started is stopped after
+    the test."""
     started = []
 
-    def start(config: dict, env: dict | None = None) -> procs.Proc:
+    def start(config: dict, env: dict | None = None, ready_path: str = "/ready") -> procs.Proc:
         port = procs.free_port()
         path = tmp_path / f"gateway-{len(started)}.yaml"
         path.write_text(yaml.safe_dump({"host": "127.0.0.1", "port": port, **config}))
-        proc = procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", str(path)], port, timeout_s=60,
+        proc = procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", str(path)], port, ready_path, timeout_s=60,
                            env={"OVERFLOW_KEY": API_KEY, **(env or {})},
                            log_path=str(tmp_path / f"gateway-{len(started)}.log"))
         started.append(proc)

@@ -17,8 +17,8 @@ from floodway.operator.gateway.loadgen import send_at_rate
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MODEL = "floodway/tiny-llama"
-STREAM = {"model": MODEL, "prompt": "tell me about the river in flood", "max_tokens": 16, "stream": True}
-PLAIN = {**STREAM, "stream": False}
+STREAM = {"model": MODEL, "prompt": "tell me about the river in flood", "max_tokens": 12, "stream": True}
+PLAIN = {**STREAM, "max_tokens": 8, "stream": False}
 THRESHOLD = 2  # max_waiting_per_replica in the overflow_config fixture
 
 
@@ -104,32 +104,41 @@ def test_budget_exhaustion_yields_429_with_retry_after(engines, gateway, overflo
     overflowed = sum(r.backend == "overflow" for r in results)
     assert 1 <= overflowed <= 3 + int(elapsed / 20)  # 3 per minute: one more every 20 s
     assert metric(gw.url, "floodway_gateway_requests_total", backend="none", outcome="rejected") == len(rejected)
-    assert metric(gw.url, "floodway_gateway_overflow_budget_requests_left") < 1
+    assert 0 <= metric(gw.url, "floodway_gateway_overflow_budget_requests_left") <= 3
     assert metric(gw.url, "floodway_gateway_hold_seconds_count") >= 1
     no_secret_anywhere(gw, *(r.body for r in results))
 
 
-@pytest.mark.parametrize("fault", ["down", "frozen"])
-def test_overflow_api_fault_opens_breaker_and_falls_back(engines, gateway, overflow_config, metric, fault,
-                                                         no_secret_anywhere):
-    external = engines[2]
-    base_url = f"http://127.0.0.1:{procs.free_port()}/v1" if fault == "down" else external.url + "/v1"
-    gw = gateway(overflow_config(base_url=base_url, first_byte_timeout_s=1.0, hold_timeout_s=3.0,
-                                 breaker={"failure_threshold": 2, "cooldown_s": 60}))
-    if fault == "frozen":
-        os.kill(external.pid, signal.SIGSTOP)  # accepts connections (kernel backlog) but never answers
-    try:
-        results = asyncio.run(send_at_rate(gw.url + "/v1/completions", PLAIN, 30, 20))
-    finally:
-        os.kill(external.pid, signal.SIGCONT)
-    assert all(r.status in (200, 429) and r.error is None for r in results), failures(results)
-    assert all(r.backend != "overflow" for r in results)
-    assert sum(r.status == 200 for r in results) >= len(results) // 2  # most fell back to local queueing
-    # Deadline: a request waits at most the overflow timeout, the hold timeout and its local service.
-    assert max(r.latency for r in results) < 1.0 + 3.0 + 30.0
+def test_overflow_api_down_opens_breaker_and_falls_back_to_local(engines, gateway, overflow_config, metric,
+                                                                   no_secret_anywhere):
+    down = f"http://127.0.0.1:{procs.free_port()}/v1"  # nothing listens there
+    gw = gateway(overflow_config(base_url=down, breaker={"failure_threshold": 2, "cooldown_s": 60}))
+    results = asyncio.run(send_at_rate(gw.url + "/v1/completions", PLAIN, 20, 20))
+    assert not failures(results)  # every request fell back to local queueing
+    assert {r.backend for r in results} <= {engines[0].url, engines[1].url}
     assert metric(gw.url, "floodway_gateway_overflow_breaker_open") == 1
-    failed_overflows = metric(gw.url, "floodway_gateway_requests_total", backend="overflow", outcome="retried")
-    assert failed_overflows >= 2
+    tried = metric(gw.url, "floodway_gateway_requests_total", backend="overflow", outcome="retried")
+    assert 2 <= tried < len(results)  # the open breaker stopped sending to the API
     ready = httpx.get(gw.url + "/ready").json()
     assert ready["overflow"] is False and ready["ready_backends"] == 2
+    no_secret_anywhere(gw, *(r.body for r in results))
+
+
+def test_frozen_overflow_api_never_hangs(engines, gateway, metric, no_secret_anywhere):
+    """No local replica and an API that accepts connections but never answers: each request gets a 429
+    within the first-byte timeout plus the hold deadline."""
+    external = engines[2]
+    dead_local = f"http://127.0.0.1:{procs.free_port()}"
+    gw = gateway({"backends": {"static": [dead_local]}, "overflow": {
+        "enabled": True, "base_url": external.url + "/v1", "model": "ext", "api_key_env": "OVERFLOW_KEY",
+        "first_byte_timeout_s": 1.0, "hold_timeout_s": 2.0, "breaker": {"failure_threshold": 2, "cooldown_s": 60}}})
+    os.kill(external.pid, signal.SIGSTOP)  # the kernel still accepts connections; nothing answers
+    try:
+        results = asyncio.run(send_at_rate(gw.url + "/v1/completions", PLAIN, 6, 5))
+    finally:
+        os.kill(external.pid, signal.SIGCONT)
+    assert all(r.status == 429 and int(r.retry_after) >= 1 for r in results), failures(results)
+    assert max(r.latency for r in results) < 2.0 + 3.0  # hold deadline (it covers the 1 s timeout) + slack
+    assert metric(gw.url, "floodway_gateway_overflow_breaker_open") == 1
+    assert httpx.get(gw.url + "/ready").status_code == 503  # nothing can serve: out of the Service
     no_secret_anywhere(gw, *(r.body for r in results))

@@ -52,14 +52,15 @@ def test_predicted_ttft_over_slo_times_factor():
     assert decide(PoolState(ready=1, predicted_ttft_s=None)).target == "local"
 
 
-@pytest.mark.parametrize("blocked", ["opt_out", "overflow_disabled", "overflow_failed"])
+@pytest.mark.parametrize("blocked", ["opt_out", "overflow_disabled", "overflow_failed", "breaker_open"])
 def test_blocked_overflow_stays_local_when_a_replica_is_ready(blocked):
     policy = OverflowPolicy(enabled=blocked != "overflow_disabled")
     req = RequestInfo(tokens=1, arrived_at=0.0, opt_out=blocked == "opt_out",
                       overflow_failed=blocked == "overflow_failed")
-    d = decide(PoolState(ready=1, waiting=100), policy=policy, request=req)
+    breaker = BreakerState(3, opened_at=0.0) if blocked == "breaker_open" else BreakerState()
+    d = decide(PoolState(ready=1, waiting=100, breaker=breaker), policy=policy, request=req)
     assert (d.target, d.reason) == ("local", blocked)
-    assert decide(PoolState(ready=0), policy=policy, request=req).target == "hold"
+    assert decide(PoolState(ready=0, breaker=breaker), policy=policy, request=req).target == "hold"
 
 
 def test_budget_exhausted_holds_then_rejects_with_retry_after():

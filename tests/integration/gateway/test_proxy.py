@@ -1,0 +1,123 @@
+"""The proxy with real processes: streaming passthrough and the backend header, errors in OpenAI shape,
+client auth, an engine killed mid-run, and no ready backend (overflow for scale-from-zero, or 429)."""
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+from floodway.operator import procs
+from floodway.operator.gateway.loadgen import send_at_rate
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MODEL = "floodway/tiny-llama"
+
+
+def sse_events(text: str) -> list[str]:
+    return [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_streams_pass_through_with_backend_header(engines, gateway):
+    local_a = engines[0]
+    gw = gateway({"backends": {"static": [local_a.url]}, "served_models": [MODEL]})
+    body = {"model": MODEL, "prompt": "once upon a time", "max_tokens": 12, "temperature": 0, "stream": True}
+    arrivals = []
+    with httpx.stream("POST", gw.url + "/v1/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200 and r.headers["x-floodway-backend"] == local_a.url
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                arrivals.append((time.perf_counter(), line[6:]))
+    direct = sse_events(httpx.post(local_a.url + "/v1/completions", json=body, timeout=120).text)
+    events = [e for _, e in arrivals]
+    assert events[-1] == "[DONE]" and len(events) == len(direct)
+    text = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+    assert text == "".join(json.loads(e)["choices"][0]["text"] for e in direct[:-1])  # greedy: same tokens
+    assert arrivals[-1][0] > arrivals[0][0]  # chunks arrive as the engine makes them, not all at once
+
+    plain = httpx.post(gw.url + "/v1/chat/completions", timeout=120, json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    assert plain.status_code == 200 and plain.json()["object"] == "chat.completion"
+    assert httpx.get(gw.url + "/v1/models").json()["data"][0]["id"] == MODEL
+
+
+def test_errors_keep_the_openai_shape(engines, gateway):
+    gw = gateway({"backends": {"static": [engines[0].url]}, "served_models": [MODEL]})
+    bad_json = httpx.post(gw.url + "/v1/completions", content=b"{not json", timeout=30)
+    assert bad_json.status_code == 400 and "not valid JSON" in bad_json.json()["error"]["message"]
+    unknown = httpx.post(gw.url + "/v1/completions", json={"model": "nope", "prompt": "x"}, timeout=30)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    relayed = httpx.post(gw.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": -1},
+                         timeout=30)  # the engine's own 400, passed through, not retried
+    assert relayed.status_code == 400 and relayed.headers["x-floodway-backend"] == engines[0].url
+    assert "max_tokens" in relayed.json()["error"]["message"]
+
+
+def test_client_auth_with_bearer_tokens(engines, gateway, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("tok-alpha\ntok-beta\n")
+    gw = gateway({"backends": {"static": [engines[0].url]}, "auth": {"tokens_file": str(tokens)}})
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+    assert httpx.post(gw.url + "/v1/completions", json=body, timeout=60).status_code == 401
+    wrong = httpx.post(gw.url + "/v1/completions", json=body, headers={"authorization": "Bearer nope"}, timeout=60)
+    assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
+    ok = httpx.post(gw.url + "/v1/completions", json=body, headers={"authorization": "Bearer tok-beta"}, timeout=60)
+    assert ok.status_code == 200
+    assert httpx.get(gw.url + "/metrics").status_code == 200  # scrapes and probes need no token
+
+
+def test_killed_engine_loses_no_request_that_had_not_started_streaming(engines, gateway, tmp_path_factory, metric):
+    survivor = engines[0]
+    port = procs.free_port()
+    victim = procs.start(procs.FLOODWAY_ARGV + ["engine", "--model", MODEL, "--host", "127.0.0.1", "--port",
+                                                str(port), "--max-num-seqs", "2"], port, timeout_s=300,
+                         log_path=str(tmp_path_factory.mktemp("victim") / "engine.log"))
+    try:
+        gw = gateway({"backends": {"static": [victim.url, survivor.url]}, "scrape_interval_s": 0.2})
+        plain = {"model": MODEL, "prompt": "a long night", "max_tokens": 16}
+
+        async def run():
+            load = asyncio.gather(send_at_rate(gw.url + "/v1/completions", plain, 16, 8),
+                                  send_at_rate(gw.url + "/v1/completions", {**plain, "stream": True}, 8, 4))
+            async with httpx.AsyncClient() as client:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:  # kill once the victim holds several requests
+                    state = (await client.get(gw.url + "/debug/state")).json()
+                    if next(b for b in state["backends"] if b["id"] == victim.url)["in_flight"] >= 3:
+                        break
+                    await asyncio.sleep(0.05)  # polling period; the deadline bounds the wait
+            victim.kill()
+            return await load
+
+        plain_results, stream_results = asyncio.run(run())
+    finally:
+        victim.kill()
+    assert all(r.status == 200 for r in plain_results), [(r.status, r.error, r.body[:200]) for r in plain_results]
+    for r in stream_results:  # a stream either completes or, if its backend died mid-way, ends with an error
+        assert r.status == 200, (r.status, r.error)
+        events = sse_events(r.body)
+        assert events[-1] == "[DONE]" or json.loads(events[-1])["error"]["code"] == "backend_failed", events[-3:]
+    retried = metric(gw.url, "floodway_gateway_requests_total", backend=victim.url, outcome="retried")
+    assert retried >= 1  # requests queued on the victim went to the survivor
+    assert not next(b for b in httpx.get(gw.url + "/debug/state").json()["backends"] if b["id"] == victim.url)["ready"]
+
+
+def test_no_ready_backend_overflows_or_answers_429(engines, gateway, metric):
+    dead = f"http://127.0.0.1:{procs.free_port()}"
+    external = engines[2]
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 2}
+    cold = gateway({"backends": {"static": [dead]}, "overflow": {
+        "enabled": True, "base_url": external.url + "/v1", "model": "ext"}})
+    r = httpx.post(cold.url + "/v1/completions", json=body, timeout=60)  # scale-from-zero: the API serves
+    assert r.status_code == 200 and r.headers["x-floodway-backend"] == "overflow"
+    assert metric(cold.url, "floodway_gateway_overflow_total", reason="no_ready_backend") == 1
+
+    closed = gateway({"backends": {"static": [dead]}, "overflow": {"hold_timeout_s": 1.0}}, ready_path="/health")
+    assert httpx.get(closed.url + "/ready").status_code == 503
+    started = time.monotonic()
+    r = httpx.post(closed.url + "/v1/completions", json=body, timeout=60)
+    assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+    assert 1.0 <= time.monotonic() - started < 10  # held up to its deadline, never hangs
+    assert "hold_timeout" in r.json()["error"]["message"]
