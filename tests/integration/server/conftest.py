@@ -23,6 +23,9 @@ def start_engine(tmp_path_factory):
     yield _start
     for proc in procs:
         proc.stop()
+    # Every error the tests provoke must be handled: no traceback may reach an engine's log.
+    crashed = [p.log_path for p in procs if "Traceback" in p.log_tail(10**7)]
+    assert not crashed, f"tracebacks in {crashed}"
 
 
 @pytest.fixture(scope="session")
