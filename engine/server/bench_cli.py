@@ -24,6 +24,7 @@ def register_bench(bench_app: typer.Typer) -> None:
         engine_arg: list[str] = typer.Option([], help="Extra flag for the local engine (repeatable)."),
     ) -> None:
         """Benchmark an OpenAI-compatible server with guidellm (installed into its own venv on first use)."""
+        import dataclasses
         import subprocess
 
         from floodway.engine.models.builtin import BUILTIN_MODELS, resolve_model
@@ -36,8 +37,7 @@ def register_bench(bench_app: typer.Typer) -> None:
         )
         from floodway.operator.procs import FLOODWAY_ARGV, free_port, start
 
-        tokenizer = resolve_model(model) if model in BUILTIN_MODELS else model
-        spec = SweepSpec(target=target or "", model=model, tokenizer=tokenizer, endpoint=endpoint,
+        spec = SweepSpec(target=target or "", model=model, tokenizer=model, endpoint=endpoint,
                          prompt_tokens=prompt_tokens, output_tokens=output_tokens, sweep_size=sweep_size,
                          seconds=seconds, max_concurrency=max_concurrency, slo_ttft_ms=slo_ttft_ms,
                          slo_tpot_ms=slo_tpot_ms, json_path=str(json_out.resolve()) if json_out else None)
@@ -45,6 +45,8 @@ def register_bench(bench_app: typer.Typer) -> None:
             spec.validate()
         except ValueError as e:
             raise typer.BadParameter(str(e)) from e
+        if model in BUILTIN_MODELS:  # guidellm counts tokens with the model's own tokenizer, from its folder
+            spec = dataclasses.replace(spec, tokenizer=resolve_model(model))
         exe = ensure_guidellm(venv or DEFAULT_VENV, log=typer.echo)
         proc = None
         with tempfile.TemporaryDirectory(prefix="floodway-bench-") as tmp:
@@ -54,7 +56,7 @@ def register_bench(bench_app: typer.Typer) -> None:
                         *engine_arg]
                 typer.echo(f"starting {' '.join(argv[3:])}")
                 proc = start(argv, port, "/ready", timeout_s=600, log_path=str(Path(tmp, "engine.log")))
-                spec = SweepSpec(**{**spec.__dict__, "target": proc.url})
+                spec = dataclasses.replace(spec, target=proc.url)
             try:
                 typer.echo(" ".join(guidellm_argv("guidellm", spec)))
                 rc = subprocess.run(guidellm_argv(exe, spec), env=guidellm_env(), cwd=tmp).returncode

@@ -24,6 +24,7 @@ from floodway.engine.server.protocol import (
     DeltaMessage,
     ErrorInfo,
     ErrorResponse,
+    PromptTokensDetails,
     TokenLogprob,
     Usage,
 )
@@ -109,20 +110,22 @@ class Collected:
     """Everything a non-streaming response needs from a request's outputs."""
 
     prompt_tokens: int = 0
+    cached_tokens: int = 0
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
 
     def add(self, out) -> None:
-        self.prompt_tokens = len(out.prompt_token_ids)
+        self.prompt_tokens, self.cached_tokens = len(out.prompt_token_ids), out.num_cached_tokens
         self.text, self.token_ids = out.text, list(out.output_token_ids)
         self.logprobs.extend(out.new_logprobs or [])
         self.finish_reason = out.finish_reason
 
     def usage(self) -> Usage:
         n = len(self.token_ids)
-        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=n, total_tokens=self.prompt_tokens + n)
+        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=n, total_tokens=self.prompt_tokens + n,
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens))
 
 
 def token_strings(tokenizer, ids: list[int]) -> list[str]:

@@ -122,3 +122,12 @@ def test_errors_reach_the_client_as_typed_exceptions(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL, prompt="x", max_tokens=10_000)
     assert e.value.body["code"] == "context_length_exceeded"
+
+
+def test_usage_reports_prefix_cache_hits(client):
+    prompt = "A unique shared system prompt for the prefix cache test, " * 4
+    kw = dict(model=MODEL, prompt=prompt, max_tokens=1, temperature=0)
+    first, second = client.completions.create(**kw), client.completions.create(**kw)
+    assert first.usage.prompt_tokens >= 32
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.usage.prompt_tokens_details.cached_tokens >= 16  # at least one full block was reused

@@ -1,0 +1,24 @@
+import pytest
+from floodway.operator.cli import app
+from typer.testing import CliRunner
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--block-size", "0"], "block_size must be a positive integer"),
+    (["--dtype", "float8"], "dtype must be one of"),
+    (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
+    (["--max-body-bytes", "10"], "max_body_bytes"),
+    (["--drain-timeout", "-1"], "drain_timeout_s"),
+])
+def test_bad_engine_flags_exit_2_naming_the_setting_before_loading_anything(flags, words):
+    result = CliRunner().invoke(app, ["engine", *flags])
+    assert result.exit_code == 2
+    assert words in " ".join(result.output.split())  # rich may wrap the message
+
+
+def test_bench_serve_rejects_bad_settings_before_installing_anything(tmp_path):
+    result = CliRunner().invoke(app, ["bench", "serve", "--sweep-size", "1", "--venv", str(tmp_path / "v")])
+    assert result.exit_code == 2 and "sweep_size" in " ".join(result.output.split())
+    assert not (tmp_path / "v").exists()
