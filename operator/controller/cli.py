@@ -22,7 +22,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                             help="Watch only these namespaces (repeat); default: all."),
         kubeconfig: str = typer.Option(None, help="Kubeconfig file (default: in-cluster, then $KUBECONFIG)."),
         context: str = typer.Option(None, help="Kubeconfig context."),
-        health_port: int = typer.Option(8080, help="Port of /healthz (0: none)."),
+        health_port: int = typer.Option(0, help="Port of /healthz for a liveness probe (0: none; chart: 8080)."),
         log_level: str = typer.Option("info", help="debug, info, warning or error."),
         lease_namespace: str = typer.Option(None, help="Namespace of the leader-election Lease (unset: no "
                                             "election; run one replica only)."),
