@@ -9,14 +9,41 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         prompt: str = typer.Argument(..., help="Prompt text."),
         model: str = typer.Option("floodway/tiny-llama", help="Hugging Face id, local folder or built-in name."),
         max_tokens: int = typer.Option(32, help="Tokens to generate."),
+        temperature: float = typer.Option(0.0, help="0 = greedy."),
+        top_p: float = typer.Option(1.0),
+        top_k: int = typer.Option(0),
+        seed: int | None = typer.Option(None),
+        stop: list[str] = typer.Option([], help="Stop string (repeatable)."),
     ) -> None:
-        """Generate a completion offline (no server)."""
-        from floodway.engine.models.builtin import resolve_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        """Generate a completion offline (no server) with the Floodway engine."""
+        from floodway.engine.llm import LLM
+        from floodway.engine.sampling_params import SamplingParams
 
-        path = resolve_model(model)
-        tok = AutoTokenizer.from_pretrained(path)
-        lm = AutoModelForCausalLM.from_pretrained(path)
-        ids = tok(prompt, return_tensors="pt").input_ids
-        out = lm.generate(ids, max_new_tokens=max_tokens, do_sample=False)
-        typer.echo(tok.decode(out[0, ids.shape[1]:]))
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                                seed=seed, stop=list(stop))
+        try:
+            params.validate()
+            out = LLM(model).generate([prompt], params)[0]
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from e
+        typer.echo(out.text)
+
+    @bench_app.command("engine")
+    def bench_engine(
+        model: str = typer.Option("floodway/llama-150m", help="Model for all systems (built-in name, id, folder)."),
+        workload: str = typer.Option("b", help="a: fixed lengths; b: Azure conversation trace; c: Mooncake prefixes."),
+        num_requests: int | None = typer.Option(None, help="Requests in the workload (default a 32, b 64, c 48)."),
+        max_model_len: int = typer.Option(1024, help="Engine max_model_len; trace lengths scale to it."),
+        seq_requests: int = typer.Option(4, help="Requests timed for the sequential baseline (it is slow)."),
+        baselines: str = typer.Option("sequential,static,continuous", help="Comma list of baselines to run."),
+        profile_out: str | None = typer.Option(None, help="Also write a JSON step-cost profile here."),
+        traces: str | None = typer.Option(None, help="Traces folder (default ../shared/data/traces)."),
+        threads: int = typer.Option(0, help="torch intra-op threads for every system (0: torch's default, all "
+                                            "cores). transformers continuous batching runs in its own thread."),
+    ) -> None:
+        """Our engine vs transformers sequential generate, a static padded batch and transformers' continuous
+        batching, side by side on one workload; prints tokens/s, ratios, KV usage and prefix-cache hits."""
+        from floodway.engine.bench.runner import run
+
+        run(model, workload, num_requests, max_model_len, seq_requests,
+            [b for b in baselines.split(",") if b], profile_out, traces, threads)

@@ -41,8 +41,8 @@ def num_blocks_for(cfg: EngineConfig, shape: KVShape, max_model_len: int, device
 
 
 def allocate(shape: KVShape, num_blocks: int, device: torch.device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Per-layer K and V caches, viewed flat as [num_blocks * block_size, kv_heads, head_dim] (slot-indexed)."""
-    size = (num_blocks * shape.block_size, shape.num_kv_heads, shape.head_dim)
+    """Per-layer K and V caches of shape [num_blocks, block_size, kv_heads, head_dim]."""
+    size = (num_blocks, shape.block_size, shape.num_kv_heads, shape.head_dim)
     ks = [torch.zeros(size, dtype=shape.dtype, device=device) for _ in range(shape.num_layers)]
     vs = [torch.zeros(size, dtype=shape.dtype, device=device) for _ in range(shape.num_layers)]
     return ks, vs

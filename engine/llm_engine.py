@@ -90,7 +90,7 @@ class LLMEngine:
         sched = self.scheduler.schedule()
         if not sched.seqs:
             return outputs
-        seqs = sorted(sched.seqs, key=lambda s: s.num_new_tokens != 1)  # single-token sequences first
+        seqs = sched.seqs
         inputs = [SeqInput(s.req.all_token_ids[s.req.num_computed_tokens:s.req.num_computed_tokens + s.num_new_tokens],
                            s.req.num_computed_tokens, self.kv.block_table(s.req), s.samples) for s in seqs]
         sampling = [s.req for s in seqs if s.samples]

@@ -1,18 +1,9 @@
 """Loads a transformers causal LM with our paged attention and runs one packed forward per step."""
 
-from dataclasses import dataclass
-
 import torch
-from floodway.engine import attention, kv_cache
+from floodway.engine import attention, kv_cache, step_inputs
 from floodway.engine.config import EngineConfig
-
-
-@dataclass
-class SeqInput:
-    token_ids: list[int]  # the tokens to compute this step
-    start_pos: int  # tokens already in the cache
-    block_table: list[int]
-    samples: bool  # whether the last token's logits are needed
+from floodway.engine.step_inputs import SeqInput
 
 
 def resolve_device(name: str) -> torch.device:
@@ -35,8 +26,6 @@ class ModelRunner:
         path = resolve_model(cfg.model)
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
-        if self.device.type == "cpu":
-            torch.set_num_threads(max(torch.get_num_threads(), _cpu_count()))
         attention.register()
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype,
                                                           attn_implementation=attention.ATTN_NAME)
@@ -57,54 +46,12 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, seqs: list[SeqInput]) -> torch.Tensor:
-        """Runs all seqs (single-token ones first) as one forward; returns float32 logits [num sampling seqs, V]."""
-        meta, input_ids, positions, keep = self._prepare(seqs)
+        """Runs all seqs as one forward; returns float32 logits [sampling seqs in the given order, V]."""
+        meta, input_ids, positions, keep = step_inputs.build(seqs, self.shape.block_size, self.k_caches,
+                                                                  self.v_caches, self.device)
         out = self.model(input_ids=input_ids, position_ids=positions, logits_to_keep=keep, use_cache=False,
                          floodway_meta=meta)
         return out.logits[0].float()
-
-    def _prepare(self, seqs: list[SeqInput]):
-        bs, dev = self.shape.block_size, self.device
-        ids, pos, slots, keep = [], [], [], []
-        for s in seqs:
-            for p in range(s.start_pos, s.start_pos + len(s.token_ids)):
-                slots.append(s.block_table[p // bs] * bs + p % bs)
-            pos.extend(range(s.start_pos, s.start_pos + len(s.token_ids)))
-            ids.extend(s.token_ids)
-            if s.samples:
-                keep.append(len(ids) - 1)
-        decodes = [s for s in seqs if len(s.token_ids) == 1]
-        d = len(decodes)
-        decode_slots = decode_mask = None
-        if d:
-            ctx = torch.tensor([s.start_pos + 1 for s in decodes])
-            width = max(len(s.block_table) for s in decodes)
-            table = torch.tensor([s.block_table + [0] * (width - len(s.block_table)) for s in decodes])
-            lmax = int(ctx.max())
-            decode_slots = (table[:, :, None] * bs + torch.arange(bs)).reshape(d, -1)[:, :lmax]
-            decode_mask = (torch.arange(lmax)[None, :] < ctx[:, None])[:, None, None, :]
-            decode_slots, decode_mask = decode_slots.to(dev), decode_mask.to(dev)
-        prefills, start = [], d
-        for s in seqs[d:]:
-            n = len(s.token_ids)
-            ctx_slots = mask = None
-            if s.start_pos:
-                ctx_len = s.start_pos + n
-                table = torch.tensor(s.block_table)
-                ctx_slots = (table[:, None] * bs + torch.arange(bs)).reshape(-1)[:ctx_len].to(dev)
-                mask = (torch.arange(ctx_len)[None, :] <= torch.arange(s.start_pos, ctx_len)[:, None]).to(dev)
-            prefills.append(attention.PrefillChunk(start, n, ctx_slots, mask))
-            start += n
-        meta = attention.StepMeta(self.k_caches, self.v_caches, torch.tensor(slots, device=dev), d,
-                                  decode_slots, decode_mask, prefills)
-        return (meta, torch.tensor([ids], device=dev), torch.tensor([pos], device=dev),
-                torch.tensor(keep, dtype=torch.long, device=dev))
-
-
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _max_model_len(cfg: EngineConfig, hf) -> int:

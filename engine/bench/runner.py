@@ -1,0 +1,58 @@
+"""Runs the engine benchmark: builds the workload, runs each system in turn, prints the comparison."""
+
+import json
+import pathlib
+
+import typer
+from floodway.engine.bench import systems, workloads
+from floodway.engine.bench.report import render
+
+KNOWN_BASELINES = ("sequential", "static", "continuous")
+
+
+def run(model: str, workload: str, num_requests: int | None, max_model_len: int, seq_requests: int,
+        baselines: list[str], profile_out: str | None, traces: str | None, threads: int = 0) -> None:
+    unknown = [b for b in baselines if b not in KNOWN_BASELINES]
+    if unknown:
+        raise typer.BadParameter(f"unknown baseline(s) {unknown}; choose from {list(KNOWN_BASELINES)}")
+    import torch
+    from floodway.engine.bench.engine_profile import measure
+    from floodway.engine.config import EngineConfig
+    from floodway.engine.llm_engine import LLMEngine
+    from floodway.engine.models.builtin import resolve_model
+    from transformers import AutoModelForCausalLM
+
+    if threads:
+        torch.set_num_threads(threads)
+    path = resolve_model(model)
+    engine = LLMEngine(EngineConfig(model=path, max_model_len=max_model_len, served_model_name=model))
+    wl = workloads.build(workload, num_requests, max_model_len, engine.runner.vocab_size,
+                         pathlib.Path(traces) if traces else workloads.TRACES)
+    typer.echo(f"{wl.description}; {wl.output_tokens} output tokens; {torch.get_num_threads()} threads, "
+               f"{engine.runner.device}, {engine.runner.dtype}")
+    _warm(engine)
+    results = [systems.run_ours(engine, wl)]
+    if baselines:
+        hf = AutoModelForCausalLM.from_pretrained(path, dtype=engine.runner.dtype).to(engine.runner.device).eval()
+        pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
+        hf.generate(torch.tensor([[5, 6, 7]], device=hf.device), max_new_tokens=2, do_sample=False)  # warm-up
+        with torch.inference_mode():
+            if "static" in baselines:
+                results.append(systems.run_hf_static(hf, wl, pad))
+            if "continuous" in baselines:
+                results.append(systems.run_hf_continuous(hf, wl, engine.config.max_num_batched_tokens))
+            if "sequential" in baselines:
+                results.append(systems.run_hf_sequential(hf, wl, seq_requests))
+    typer.echo(render(wl.description, model, results))
+    if profile_out:
+        prof = measure(engine, model)
+        pathlib.Path(profile_out).write_text(json.dumps(prof, indent=2))
+        typer.echo(f"profile written to {profile_out}: {json.dumps(prof)}")
+
+
+def _warm(engine) -> None:
+    from floodway.engine.sampling_params import SamplingParams
+
+    engine.add_request("warm-up", [5, 6, 7, 8], SamplingParams(max_tokens=2, ignore_eos=True))
+    while engine.has_unfinished_requests():
+        engine.step()
