@@ -1,5 +1,6 @@
 """`floodway up [FILE]`: run an InferenceService on this machine."""
 
+import shutil
 import signal
 import sys
 import tempfile
@@ -69,8 +70,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             runner.start()
             typer.echo(f"send OpenAI requests to {runner.url}  (model {obj.spec.model_name!r}); Ctrl-C stops")
             n = 0
+            live = sys.stdout.isatty()  # a terminal gets one line rewritten in place; a log gets a line a tick
             while not stop.wait(obj.spec.autoscaling.interval_seconds):
-                typer.echo(status_line(obj.metadata.name, runner.step()))
+                line = status_line(obj.metadata.name, runner.step())
+                typer.echo("\r\033[K" + line[: shutil.get_terminal_size().columns - 1] if live else line, nl=not live)
                 sys.stdout.flush()
                 n += 1
                 if ticks and n >= ticks:
@@ -78,7 +81,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         except RuntimeError as e:  # a process that would not start; its log tail is in the message
             failed = e
         finally:
-            typer.echo("stopping engines and gateway")
+            typer.echo("\nstopping engines and gateway")
             if runner is not None:
                 runner.close()
             if stand_in is not None:

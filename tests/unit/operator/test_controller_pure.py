@@ -187,3 +187,30 @@ def test_scaling_condition_directions_and_unknown_counts():
     assert conds(kept)["Scaling"] == conds(down)["Scaling"]
     assert conds(build_status(spec(), {}, Observation(desired_replicas=1), T0, 1, "", ""))["Ready"]["status"] == \
         "Unknown"
+
+
+def test_local_status_line():
+    from floodway.operator.local.runner import status_line
+
+    st = {"readyReplicas": 2, "desiredReplicas": 3, "lastScaleReason": "panic: demand 9",
+          "observed": {"waiting": 4, "running": 2, "kvCacheUsage": 0.5, "sloAttainment": 0.97, "overflowRate": 0.25},
+          "conditions": [{"type": "Overflowing", "status": "True"}]}
+    line = status_line("chat", st)
+    assert line.startswith("chat: replicas 2/3 ready  waiting 4  running 2  kv 0.50  slo 0.97")
+    assert "OVERFLOWING" in line and line.endswith("| panic: demand 9")
+    assert status_line("chat", {}).endswith("overflow -")
+
+
+def test_local_manifest_rules():
+    from floodway.operator.local.manifest import DEFAULT_MANIFEST, build, overflow_key, secret_env_name
+    from floodway.operator.spec import SpecError
+
+    obj = build(DEFAULT_MANIFEST, "http://127.0.0.1:9/v1")
+    assert obj.spec.overflow.enabled and obj.spec.overflow.base_url == "http://127.0.0.1:9/v1"
+    assert overflow_key(obj) == "local" and not build(DEFAULT_MANIFEST).spec.overflow.enabled
+    assert secret_env_name("team-key", "api.key") == "FLOODWAY_SECRET_TEAM_KEY_API_KEY"
+    remote = {**DEFAULT_MANIFEST, "spec": {**DEFAULT_MANIFEST["spec"], "overflow": {
+        "enabled": True, "baseURL": "https://x/v1", "apiKeySecretRef": {"name": "k", "key": "v"}}}}
+    assert overflow_key(build(remote), {"FLOODWAY_SECRET_K_V": "sk-1"}) == "sk-1"
+    with pytest.raises(SpecError, match="FLOODWAY_SECRET_K_V"):
+        overflow_key(build(remote), {})
