@@ -14,6 +14,14 @@ holds at most `target_concurrency` (and KV usage at most `kv_target`):
   at most `max_step_down` replicas per decision and `scale_down_interval_s` after the last change (in-flight
   counts grow as a pool shrinks, since each replica's batch and latency grow: look before the next step);
 - bounds; with min_replicas 0, scale to zero after `scale_to_zero_after_s` without any demand (None: never).
+
+Overflow budget (`overflow_share` > 0, only where the gateway overflows): the policy spends up to that share
+of requests on the overflow API instead of paying every peak back with replicas. It tracks the share spent
+(decayed over `overflow_budget_window_s`) and allows up to twice the target share now while underspent,
+less once overspent. Sizing then counts the local pool's in-flight requests only up to its ready capacity
+(the gateway overflows the rest, so a saturated pool is not a shortage) plus the overflowed concurrency
+beyond the allowed share; scale-down takes the smallest pool whose predicted overflow over the
+stabilization window stays within half the allowed share.
 Defaults come from the simulator runs in the README (`floodway simulate`).
 """
 
@@ -41,6 +49,8 @@ class AutoscalerPolicy:
     scale_down_interval_s: float = 30.0  # between two changes before a scale-down: see the smaller pool's load
     scale_to_zero_after_s: float | None = None
     assumed_request_s: float = 10.0  # service time assumed for overflowed demand before any is observed
+    overflow_share: float = 0.0  # share of requests the policy may leave to the overflow API (0: pay all back)
+    overflow_budget_window_s: float = 1800.0  # horizon of the spent-share estimate
 
     def __post_init__(self):
         problems = []
@@ -53,6 +63,10 @@ class AutoscalerPolicy:
                 problems.append(f"{name} must be > 0")
         if self.max_step_up < 1 or self.max_step_down < 1:
             problems.append("max_step_up and max_step_down must be >= 1")
+        if not 0 <= self.overflow_share < 1:
+            problems.append("overflow_share must be in [0, 1)")
+        if self.overflow_budget_window_s <= 0:
+            problems.append("overflow_budget_window_s must be > 0")
         if not 0 < self.slo_attainment <= 1:
             problems.append("slo_attainment must be in (0, 1]")
         if problems:
@@ -69,6 +83,10 @@ class ScalerState:
     history: tuple[tuple[float, float], ...] = ()  # (time, observed demand) within the longest window
     last_busy: float | None = None  # last time demand was seen (None: never)
     observed_since: float | None = None  # first tick: no scale-down before a full window was observed
+    sizing: tuple[tuple[float, float], ...] = ()  # (time, demand the pool must hold) for scale-up
+    arrived: float = 0.0  # decayed request counts for the overflow share spent
+    overflowed: float = 0.0
+    last_tick: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,35 +111,86 @@ def scaled(state: ScalerState, now: float, replicas: int, reason: str, **changes
     return Decision(replicas, reason if moved else f"hold: {reason}", new)
 
 
-def demand_of(signals: Signals, assumed_request_s: float) -> float:
-    service_s = assumed_request_s
+def service_time(signals: Signals, assumed_request_s: float) -> float:
     if signals.finished_rate > 0 and signals.total_running > 0:
-        service_s = signals.total_running / signals.finished_rate
-    return signals.total_running + signals.total_waiting + signals.held + signals.overflow_rate * service_s
+        return signals.total_running / signals.finished_rate
+    return assumed_request_s
+
+
+def demand_of(signals: Signals, assumed_request_s: float) -> float:
+    """Concurrency the service holds: on the engines, held in the gateway, and overflowed (Little's law)."""
+    return signals.total_running + signals.total_waiting + signals.held + \
+        signals.overflow_rate * service_time(signals, assumed_request_s)
+
+
+def spend(state: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float) -> ScalerState:
+    """Decayed counts of requests arrived and overflowed since the last tick (rates x elapsed time)."""
+    dt = 0.0 if state.last_tick is None else max(0.0, now - state.last_tick)
+    k = math.exp(-dt / p.overflow_budget_window_s)
+    return replace(state, arrived=state.arrived * k + signals.arrival_rate * dt,
+                   overflowed=state.overflowed * k + signals.overflow_rate * dt, last_tick=now)
+
+
+def allowed_share(state: ScalerState, p: AutoscalerPolicy) -> float:
+    """Overflow share the policy tolerates now: up to 2x the target while underspent, less once overspent."""
+    if p.overflow_share == 0:
+        return 0.0
+    spent = state.overflowed / state.arrived if state.arrived > 0 else 0.0
+    return min(2 * p.overflow_share, max(0.0, 2 * p.overflow_share - spent))
+
+
+def sizing_of(signals: Signals, p: AutoscalerPolicy, allow: float) -> float:
+    """Concurrency the local pool must hold: all demand, or with an overflow budget the engines' load up to
+    their ready capacity plus the overflowed concurrency beyond the allowed share."""
+    service_s = service_time(signals, p.assumed_request_s)
+    if p.overflow_share == 0:
+        return demand_of(signals, p.assumed_request_s)
+    local = min(signals.total_running + signals.total_waiting, signals.ready * p.target_concurrency)
+    excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate) * service_s
+    return local + signals.held + excess
+
+
+def service_attainment(signals: Signals, p: AutoscalerPolicy) -> float | None:
+    """SLO attainment the users see: with an overflow budget, overflowed requests (answered by the API within
+    the SLO) count with the local ones; without, the engines' attainment as measured."""
+    a = signals.attainment
+    if p.overflow_share == 0 or a is None or signals.overflow_rate <= 0:
+        return a
+    return (a * signals.finished_rate + signals.overflow_rate) / (signals.finished_rate + signals.overflow_rate)
 
 
 def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: float) -> Decision:
     p, cur = policy, state.replicas
+    signals = replace(signals, attainment=service_attainment(signals, p))
     demand = demand_of(signals, p.assumed_request_s)
     busy = demand > 0 or signals.arrival_rate > 0
     last_busy = now if busy else state.last_busy
     keep = max(p.scale_down_stabilization_s, p.scale_up_window_s)
     since = now if state.observed_since is None else state.observed_since
-    st = replace(state, history=remember(state.history, now, demand, keep), last_busy=last_busy,
-                 observed_since=since)
+    st = spend(state, signals, p, now)
+    allow = allowed_share(st, p)
+    st = replace(st, history=remember(state.history, now, demand, keep), last_busy=last_busy, observed_since=since,
+                 sizing=remember(state.sizing, now, sizing_of(signals, p, allow), p.scale_up_window_s))
     idle_s = math.inf if last_busy is None else now - last_busy
     floor = max(p.min_replicas, 1)
     if p.min_replicas == 0 and p.scale_to_zero_after_s is not None and idle_s >= p.scale_to_zero_after_s:
         floor = 0
 
-    recent = window(st.history, now, p.scale_up_window_s)
+    recent = window(st.sizing, now, p.scale_up_window_s)
     avg = sum(recent) / len(recent)
     kv_need = math.ceil(sum(signals.kv_usage) / p.kv_target)
     want = max(math.ceil(avg / p.target_concurrency), kv_need)
     reason = f"demand {avg:.1f} / target {p.target_concurrency:g} per replica"
+    if p.overflow_share > 0:
+        reason += f" (overflow allowed {allow:.1%} of requests)"
     if kv_need > math.ceil(avg / p.target_concurrency):
         reason = f"KV usage {sum(signals.kv_usage):.2f} / target {p.kv_target:g} per replica"
-    queued = signals.total_waiting + signals.held + signals.overflow_rate
+    # With an overflow budget the gateway absorbs engine queues by overflowing: a shortage is requests held
+    # or overflowed beyond the allowed share, not a transient queue on the engines.
+    excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate)
+    queued = signals.held + excess + signals.total_waiting
+    if p.overflow_share > 0:  # a replica's worth of concurrency beyond the allowed share
+        queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.target_concurrency
     if signals.attainment is not None and signals.attainment < p.slo_attainment and queued > 0 \
             and signals.starting == 0 and want <= cur:
         want, reason = cur + 1, f"SLO attainment {signals.attainment:.3f} < {p.slo_attainment:g} while queued"
@@ -144,10 +213,24 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         return scaled(st, now, p.max_replicas, "lower to maximum")
     if cur == floor:
         return scaled(st, now, cur, "at minimum")
-    return _scale_down(st, signals, p, now, floor)
+    return _scale_down(st, signals, p, now, floor, allow)
 
 
-def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float, floor: int) -> Decision:
+def _fitting(history: list[float], p: AutoscalerPolicy, allow: float) -> tuple[int, str]:
+    """Smallest pool for the recent demand: its peak at scale_down_utilization of capacity, or with an
+    overflow budget the pool whose predicted overflow (demand above its capacity) stays within allow / 2."""
+    peak = max(history)
+    if p.overflow_share == 0:
+        return math.ceil(peak / (p.target_concurrency * p.scale_down_utilization)), f"peak demand {peak:.1f}"
+    total = sum(history)
+    n = 0
+    while sum(max(0.0, d - n * p.target_concurrency) for d in history) > allow / 2 * total:
+        n += 1
+    return n, f"demand up to {peak:.1f} with {allow / 2:.1%} overflow"
+
+
+def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float, floor: int,
+                allow: float) -> Decision:
     cur = st.replicas
     if now < st.panic_until:
         return scaled(st, now, cur, "panic mode blocks scale-down")
@@ -157,13 +240,11 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
         return scaled(st, now, cur, "not yet observed for a stabilization window")
     if st.last_scale_time is not None and now - st.last_scale_time < p.scale_down_interval_s:
         return scaled(st, now, cur, "waiting to observe the last change")
-    peak = max(window(st.history, now, p.scale_down_stabilization_s))
-    fits = math.ceil(peak / (p.target_concurrency * p.scale_down_utilization))
+    fits, what = _fitting(window(st.history, now, p.scale_down_stabilization_s), p, allow)
     fits = max(fits, math.ceil(sum(signals.kv_usage) / (p.kv_target * p.scale_down_utilization)))
     new = max(fits, cur - p.max_step_down, floor)
     if new >= cur:
-        return scaled(st, now, cur, f"peak demand {peak:.1f} needs {fits} replicas")
+        return scaled(st, now, cur, f"{what} needs {fits} replicas")
     if new == 0:
         return scaled(st, now, 0, f"idle for {p.scale_to_zero_after_s:g} s: scale to zero")
-    return scaled(st, now, new, f"scale down: peak demand {peak:.1f} over "
-                                         f"{p.scale_down_stabilization_s:g} s fits {fits} replicas")
+    return scaled(st, now, new, f"scale down: {what} over {p.scale_down_stabilization_s:g} s fits {fits} replicas")

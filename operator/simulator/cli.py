@@ -31,6 +31,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         waiting_includes_prefill: bool = typer.Option(False, "--waiting-includes-prefill",
                                                       help="The gateway counts requests still in prefill as "
                                                            "waiting (for its overflow rule)."),
+        overflow_share: float = typer.Option(0.0, help="Share of requests our policy may leave to the overflow "
+                                                        "API when it runs with overflow (0: pay all back)."),
         scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: shared/data/traces)."),
@@ -47,6 +49,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 target_concurrency=target_concurrency, overflow_max_waiting=overflow_max_waiting,
                 overflow_ttft_factor=overflow_ttft_factor, overflow_rpm=overflow_rpm,
                 waiting_includes_prefill=waiting_includes_prefill, scale_to_zero_s=scale_to_zero,
+                overflow_share=overflow_share,
                 static_peak=static_peak, traces_dir=traces_dir, seed=seed))
         except (ValueError, FileNotFoundError) as e:
             raise typer.BadParameter(str(e)) from None

@@ -90,6 +90,8 @@ def run(trace: list[Request], specs: list[str], cfg: SimConfig, ours: Autoscaler
     results = []
     for (name, with_overflow), spec in zip(parsed, specs, strict=True):
         run_cfg = replace(cfg, overflow=replace(cfg.overflow, enabled=with_overflow))
-        scaler = build(name, sizing, ours, ours.target_concurrency)
+        # The overflow budget is only ours to spend where the gateway overflows.
+        policy = ours if with_overflow else replace(ours, overflow_share=0.0)
+        scaler = build(name, sizing, policy, ours.target_concurrency)
         results.append(simulate(trace, replace(scaler, name=spec), run_cfg))
     return sizing, results

@@ -33,6 +33,7 @@ class Options:
     overflow_rpm: float | None = None
     waiting_includes_prefill: bool = False
     scale_to_zero_s: float | None = None
+    overflow_share: float = 0.0
     static_peak: int | None = None
     traces_dir: str | None = None
     seed: int = 0
@@ -72,7 +73,7 @@ def prepare(opts: Options):
                                             predicted_ttft_factor=opts.overflow_ttft_factor, budget=budget))
     ours = AutoscalerPolicy(target_concurrency=_pick(opts.target_concurrency, sc.target_concurrency),
                             slo_attainment=opts.attainment, min_replicas=0 if opts.scale_to_zero_s is not None else 1,
-                            scale_to_zero_after_s=opts.scale_to_zero_s)
+                            scale_to_zero_after_s=opts.scale_to_zero_s, overflow_share=opts.overflow_share)
     specs = [p if not opts.overflow or p.endswith(compare.OVERFLOW_SUFFIX) else p + compare.OVERFLOW_SUFFIX
              for p in opts.policies]
     for p in specs:

@@ -1,9 +1,10 @@
 """Our policy's behaviour: panic, stability, SLO guard, bounds, scale from and to zero."""
 
 import random
+from dataclasses import replace
 
 import pytest
-from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState, decide
+from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState, decide, service_attainment
 from floodway.operator.autoscaler.signals import Signals
 
 pytestmark = pytest.mark.unit
@@ -99,6 +100,8 @@ def test_scale_from_zero_on_the_first_queued_request():
     assert d.replicas == 1 and d.reason.startswith("panic")
     # Overflowed traffic alone (nothing held) also wakes the pool.
     assert decide(ScalerState(0), sig(0, overflow_rate=0.2), p, 5).replicas == 1
+    # With an overflow budget too: no ready replica is always a shortage.
+    assert decide(ScalerState(0), sig(0, held=1), replace(p, overflow_share=0.05), 5).replicas == 1
 
 
 def test_scale_to_zero_only_after_the_idle_period():
@@ -125,7 +128,48 @@ def test_overflow_counts_as_demand():
 @pytest.mark.parametrize("kw, word", [({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
                                       ({"target_concurrency": 0}, "target_concurrency"),
                                       ({"slo_attainment": 1.5}, "slo_attainment"),
-                                      ({"max_step_down": 0}, "max_step_down")])
+                                      ({"max_step_down": 0}, "max_step_down"),
+                                      ({"overflow_share": 1.0}, "overflow_share"),
+                                      ({"overflow_budget_window_s": 0}, "overflow_budget_window_s")])
 def test_bad_policy_is_rejected(kw, word):
     with pytest.raises(ValueError, match=word):
         AutoscalerPolicy(**kw)
+
+
+B = AutoscalerPolicy(min_replicas=1, max_replicas=10, target_concurrency=10, interval_s=5, overflow_share=0.05)
+
+
+def test_overflow_budget_holds_a_saturated_pool_while_overflow_stays_within_the_share():
+    # 3 replicas saturated (15 in flight each) with 4% of 10 req/s overflowed: within the 5% share, hold.
+    s = lambda t, n: sig(3, running=45, waiting=6, attainment=1.0, arrival_rate=10.0, finished_rate=9.6,  # noqa: E731
+                         overflow_rate=0.4)
+    assert {d.replicas for d in run(B, ScalerState(3), s, 0, 600)} == {3}
+    # Without a budget the same load is a shortage (and the overflowed concurrency is paid back).
+    assert decide(ScalerState(3), s(0, 3), P, 0).replicas > 3
+
+
+def test_overflow_beyond_the_allowed_share_scales_up():
+    # 30% of arrivals overflowed at ~5 s each; nothing spent yet allows 2x the share (10%): the other 20%
+    # (2 req/s x 5 s = 10 in flight) is a replica's worth.
+    s = sig(3, running=30, attainment=1.0, arrival_rate=10.0, finished_rate=6.0, overflow_rate=3.0)
+    d = decide(ScalerState(3), s, B, 0)
+    assert d.replicas == 4 and "overflow allowed 10.0%" in d.reason
+
+
+def test_overspent_budget_allows_less_overflow():
+    # An hour at 8% overflow (over the 5% share): the allowed share falls, so 8% is now a shortage.
+    s = lambda t, n: sig(3, running=30, attainment=1.0, arrival_rate=10.0, finished_rate=9.2,  # noqa: E731
+                         overflow_rate=0.8)
+    ds = run(B, ScalerState(3), s, 0, 3600)
+    assert ds[0].replicas == 3 and ds[-1].replicas > 3
+
+
+def test_overflowed_requests_count_toward_attainment_with_a_budget():
+    # Local attainment 0.985 on 9 req/s, 1 req/s overflowed within the SLO: 0.9865 overall, still below 0.99.
+    s = sig(3, running=20, attainment=0.985, arrival_rate=10.0, finished_rate=9.0, overflow_rate=0.1)
+    state = run(B, ScalerState(4), lambda t, n: s, 0, 400)[-1].state
+    assert state.replicas == 4
+    # The service's attainment: local 0.98 on 8 req/s plus 2 req/s overflowed within the SLO is 0.984.
+    assert service_attainment(sig(3, attainment=0.98, finished_rate=8.0, overflow_rate=2.0), B) == \
+        pytest.approx(0.984)
+    assert service_attainment(sig(3, attainment=0.98, finished_rate=8.0, overflow_rate=2.0), P) == 0.98
