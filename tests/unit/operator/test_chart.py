@@ -94,6 +94,9 @@ def test_values_schema_rejects_bad_values(helm):
     out = subprocess.run([helm, "template", "fw", str(CHART), "--set", "unknownKey=1"], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode != 0
+    out = subprocess.run([helm, "template", "fw", str(CHART), "--set", "replicaCount=2", "--set",
+                          "leaderElection.enabled=false"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "leaderElection" in out.stderr
 
 
 def test_chart_crd_is_the_generated_one(helm):
