@@ -1,0 +1,68 @@
+"""The generated InferenceService CRD in a real API server: each bad spec is refused with a message naming the
+field (schema or CEL) and the same spec is refused by the local parser (`floodway up`); defaults, `kubectl
+explain`, the scale subresource and the printer columns work."""
+
+import json
+
+import pytest
+from floodway.operator.spec.resource import SpecError, parse
+
+pytestmark = pytest.mark.cluster
+NS = "crd-tests"
+
+
+def manifest(name: str, **spec) -> dict:
+    return {"apiVersion": "serving.floodway.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": NS}, "spec": {"model": "floodway/tiny-llama", **spec}}
+
+
+@pytest.fixture(scope="module")
+def ns(cluster, floodway_crd):
+    cluster.kubectl("create", "namespace", NS)
+    yield NS
+    cluster.kubectl("delete", "namespace", NS, "--wait=false")
+
+
+KEY = {"name": "overflow-key", "key": "api-key"}
+OVERFLOW_RULE = "overflow.baseURL and overflow.apiKeySecretRef are required when overflow.enabled is true"
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"replicas": {"min": 5, "max": 2}}, "replicas.min must be less than or equal to replicas.max"),
+    ({"slo": {"ttftMs": 0}}, "spec.slo.ttftMs"),
+    ({"slo": {"tpotMs": -5}}, "spec.slo.tpotMs"),
+    ({"engine": {"runtime": "tgi"}}, "spec.engine.runtime"),
+    ({"overflow": {"enabled": True, "apiKeySecretRef": KEY}}, OVERFLOW_RULE),
+    ({"overflow": {"enabled": True, "baseURL": "https://api.example.com/v1"}}, OVERFLOW_RULE),
+    ({"engine": {"maxModelLen": 0}}, "spec.engine.maxModelLen"),
+    ({"resources": {"gpus": -1}}, "spec.resources.gpus"),
+], ids=["min>max", "ttft0", "tpot<0", "runtime", "no-baseURL", "no-key", "maxModelLen0", "gpus<0"])
+def test_bad_spec_is_refused_by_the_api_server_and_by_the_local_parser(cluster, ns, bad, message):
+    doc = manifest("bad", **bad)
+    refused = cluster.kubectl("create", "-f", "-", input=json.dumps(doc), check=False)
+    assert refused.returncode != 0, "the API server accepted a bad InferenceService"
+    assert message in refused.stderr
+    with pytest.raises(SpecError):
+        parse(doc)
+    assert cluster.kubectl("-n", ns, "get", "inferenceservice", "bad", check=False).returncode != 0
+
+
+def test_defaults_explain_scale_and_printer_columns(cluster, ns):
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest("defaults", resources={"gpus": 1})))
+    spec = cluster.get("-n", ns, "fwis", "defaults")["spec"]  # the short name resolves too
+    local = parse(manifest("defaults", resources={"gpus": 1})).spec
+    assert spec["engine"]["runtime"] == local.engine.runtime == "floodway"
+    assert spec["engine"]["blockSize"] == local.engine.block_size
+    assert spec["replicas"] == {"min": local.replicas.min, "max": local.replicas.max}
+
+    explained = cluster.kubectl("explain", "inferenceservice.spec").stdout
+    assert "How each engine replica serves the model." in explained
+    assert "Spill to an external OpenAI-compatible API." in explained
+    assert "Fewest engine replicas" in cluster.kubectl("explain", "inferenceservice.spec.replicas.min").stdout
+
+    cluster.kubectl("-n", ns, "scale", "inferenceservice/defaults", "--replicas=3")
+    assert cluster.get("-n", ns, "inferenceservice", "defaults")["spec"]["replicas"]["min"] == 3
+    header = cluster.kubectl("-n", ns, "get", "inferenceservice", "defaults").stdout.splitlines()[0].split()
+    assert header[:4] == ["NAME", "MODEL", "READY", "DESIRED"] and "URL" not in header
+    wide = cluster.kubectl("-n", ns, "get", "inferenceservice", "defaults", "-o", "wide").stdout.splitlines()[0]
+    assert "REASON" in wide.split() and "URL" in wide.split()
