@@ -20,7 +20,7 @@ def manifest(name: str, **spec) -> dict:
 def ns(cluster, floodway_crd):
     cluster.kubectl("create", "namespace", NS)
     yield NS
-    cluster.kubectl("delete", "namespace", NS, "--wait=false")
+    cluster.kubectl("delete", "namespace", NS, "--timeout=60s")
 
 
 KEY = {"name": "overflow-key", "key": "api-key"}

@@ -89,8 +89,8 @@ def test_autoscaler_follows_the_metrics_source_up_and_down(cluster, operator, me
     metrics.set(waiting=40, running=4)  # far more than one replica's target concurrency
     cluster.wait_until("3 engine pods Running", lambda: len(engine_pods(cluster, "scaler", metrics)) == 3, 90)
     assert cluster.get("-n", NS, "deployment", "scaler-engine")["spec"]["replicas"] == 3
-    cluster.wait_until("a ScaledUp event to 3", lambda: any(
-        "-> 3" in e["message"] for e in events(cluster, "scaler", "ScaledUp")))
+    cluster.wait_until("a ScaledUp event to 3 with its reason", lambda: any(
+        "-> 3: " in e["message"] for e in events(cluster, "scaler", "ScaledUp")))
     assert status(cluster, "scaler").get("lastScaleReason")
 
     metrics.set(waiting=0, running=0)
@@ -98,6 +98,19 @@ def test_autoscaler_follows_the_metrics_source_up_and_down(cluster, operator, me
     assert cluster.wait_until("a ScaledDown event", lambda: events(cluster, "scaler", "ScaledDown"))
     assert cluster.get("-n", NS, "deployment", "scaler-engine")["spec"]["replicas"] == 1
     cluster.kubectl("-n", NS, "delete", "inferenceservice", "scaler", "--wait=false")
+
+
+def test_a_spec_that_cannot_fit_its_gpu_gets_a_warning_condition_and_event(cluster, operator, metrics):
+    apply(cluster, isvc("toobig", metrics.port, resources={"gpus": 1, "gpuMemoryGiB": 0.01}))
+
+    def fits_condition():
+        return next((c for c in status(cluster, "toobig").get("conditions", []) if c["type"] == "FitsGPU"), None)
+
+    cond = cluster.wait_until("a FitsGPU condition", fits_condition)
+    assert (cond["status"], cond["reason"]) == ("False", "DoesNotFit"), cond
+    warning = cluster.wait_until("a DoesNotFit event", lambda: events(cluster, "toobig", "DoesNotFit"))
+    assert warning[0]["type"] == "Warning"
+    cluster.kubectl("-n", NS, "delete", "inferenceservice", "toobig", "--wait=false")
 
 
 def test_deleting_the_service_collects_everything_it_owned(cluster, operator, metrics):
