@@ -1,9 +1,11 @@
 """`floodway bench gateway`: latency and throughput through the gateway against direct engine access.
 
-One engine and one gateway in front of it (real processes on 127.0.0.1). An open-loop client sends
-requests at a fixed rate for a fixed time, first straight to the engine, then through the gateway, and
-prints both side by side with the difference (the added latency) and the gateway's own in-process
-overhead histogram.
+One engine and one gateway in front of it (real processes on 127.0.0.1). For each rate, an open-loop
+client sends requests at that fixed total rate for a fixed time, alternately straight to the engine and
+through the gateway (so both paths meet the same engine load), and prints both side by side with the
+difference (the added latency), the gateway's own in-process overhead histogram and its CPU time per
+request. A rate beyond what the engine sustains measures the engine's queue more than the gateway: run
+one it sustains too.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import time
 
 import httpx
 import yaml
 from floodway.operator import procs
+from floodway.operator.gateway.backends import parse_engine_load
 from floodway.operator.gateway.loadgen import send_at_rate
 
 
@@ -23,10 +27,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-async def _phase(url: str, model: str, rate: float, duration: float, max_tokens: int) -> dict:
-    body = {"model": model, "prompt": "The quick brown fox", "max_tokens": max_tokens, "temperature": 0}
-    await send_at_rate(url + "/v1/completions", body, 10, 10.0)  # warm connections and the engine
-    results = await send_at_rate(url + "/v1/completions", body, int(rate * duration), rate)
+def _summary(results: list) -> dict:
     ok = [r for r in results if r.status == 200]
     latencies = [r.latency for r in ok]
     elapsed = max(r.done_at for r in results) - min(r.sent_at for r in results)
@@ -34,25 +35,91 @@ async def _phase(url: str, model: str, rate: float, duration: float, max_tokens:
             "p50": _percentile(latencies, 0.5), "p99": _percentile(latencies, 0.99)}
 
 
-def _overhead_quantiles(metrics_text: str) -> tuple[float, float, int]:
-    """p50/p99 upper bucket bounds of floodway_gateway_added_latency_seconds, and its count."""
+async def _paired(engine_url: str, gateway_url: str, model: str, rate: float, duration: float,
+                  max_tokens: int) -> tuple[dict, dict, list[float]]:
+    """One open-loop schedule of `rate` requests per second in all: at each
+    tick one request goes straight to the engine and one through the gateway, so both meet the same
+    engine state (usually the same engine step). Returns both summaries and, per pair where both
+    succeeded, the gateway's latency minus the direct one."""
+    body = {"model": model, "prompt": "The quick brown fox", "max_tokens": max_tokens, "temperature": 0}
+    for url in (engine_url, gateway_url):  # warm connections and the engine
+        await send_at_rate(url + "/v1/completions", body, 10, 10.0)
+    n = max(1, int(rate * duration / 2))
+    direct, via = await asyncio.gather(send_at_rate(engine_url + "/v1/completions", body, n, rate / 2),
+                                       send_at_rate(gateway_url + "/v1/completions", body, n, rate / 2))
+    added = [v.latency - d.latency for d, v in zip(direct, via, strict=True) if d.status == v.status == 200]
+    return _summary(direct), _summary(via), added
+
+
+def _added_buckets(metrics_text: str) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of floodway_gateway_added_latency_seconds."""
     buckets = []
     for line in metrics_text.splitlines():
         if line.startswith("floodway_gateway_added_latency_seconds_bucket"):
             le = line.split('le="')[1].split('"')[0]
             buckets.append((float(le), float(line.rsplit(" ", 1)[1])))
-    total = buckets[-1][1] if buckets else 0
-    quantile = lambda q: next((le for le, c in buckets if c >= q * total), float("nan"))  # noqa: E731
-    return quantile(0.5), quantile(0.99), int(total)
+    return buckets
 
 
-def run_bench(rate: float, duration: float, model: str, max_tokens: int) -> str:
-    if rate <= 0 or duration <= 0 or max_tokens < 1:
-        raise ValueError("rate and duration must be > 0 and max_tokens >= 1")
+def _bucket_quantile(before: list, after: list, q: float) -> float:
+    """Upper bound of the bucket holding quantile q of the observations made between two scrapes."""
+    counts = [(le, a - b) for (le, a), (_, b) in zip(after, before, strict=True)]
+    total = counts[-1][1] if counts else 0
+    return next((le for le, c in counts if total and c >= q * total), float("nan"))
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc; NaN elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def _wait_idle(engine_url: str, timeout_s: float = 300.0) -> None:
+    """Until the engine runs and queues nothing, so that one phase's backlog never lands in the next."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        load = parse_engine_load(httpx.get(engine_url + "/metrics", timeout=30).text)
+        if load["waiting"] + load["running"] == 0:
+            return
+        time.sleep(0.2)  # poll interval; the deadline bounds the wait
+    raise RuntimeError(f"engine {engine_url} still busy after {timeout_s}s")
+
+
+def _row(name: str, r: dict) -> str:
+    return (f"{name:<18} {r['sent']:>6} {r['ok']:>6} {r['failed']:>6} {r['throughput']:>8.1f} "
+            f"{r['p50'] * 1000:>9.2f} {r['p99'] * 1000:>9.2f}")
+
+
+def _compare(engine: procs.Proc, gateway: procs.Proc, model: str, rate: float, duration: float,
+             max_tokens: int) -> list[str]:
+    _wait_idle(engine.url)
+    before, cpu_before = _added_buckets(httpx.get(gateway.url + "/metrics").text), _cpu_s(gateway.pid)
+    started = time.monotonic()
+    direct, via, added = asyncio.run(_paired(engine.url, gateway.url, model, rate, duration, max_tokens))
+    after, cpu = _added_buckets(httpx.get(gateway.url + "/metrics").text), _cpu_s(gateway.pid) - cpu_before
+    return [f"-- {rate:g} req/s in all for {duration:g} s (pairs: one direct, one via the gateway), "
+            f"max_tokens={max_tokens}",
+            _row("direct", direct), _row("via gateway", via),
+            f"{'difference':<18} {'':>6} {'':>6} {'':>6} {via['throughput'] / direct['throughput']:>7.2f}x "
+            f"{(via['p50'] - direct['p50']) * 1000:>9.2f} {(via['p99'] - direct['p99']) * 1000:>9.2f}",
+            f"{'added, paired':<18} {len(added):>6} {'':>6} {'':>6} {'':>8} {_percentile(added, 0.5) * 1000:>9.2f} "
+            f"{_percentile(added, 0.99) * 1000:>9.2f}",
+            f"gateway in-process (received -> sent upstream): p50 <= {_bucket_quantile(before, after, 0.5) * 1000:.2f}"
+            f" ms, p99 <= {_bucket_quantile(before, after, 0.99) * 1000:.2f} ms (bucket bounds); gateway CPU "
+            f"{cpu:.2f} s over {time.monotonic() - started:.1f} s (requests, warm-up and scrapes)"]
+
+
+def run_bench(rates: list[float], duration: float, model: str, max_tokens: int) -> str:
+    if not rates or min(rates) <= 0 or duration <= 0 or max_tokens < 1:
+        raise ValueError("rates and duration must be > 0 and max_tokens >= 1")
     with tempfile.TemporaryDirectory(prefix="floodway-bench-gw-") as tmp:
         engine_port, gateway_port = procs.free_port(), procs.free_port()
         engine = procs.start(procs.FLOODWAY_ARGV + ["engine", "--model", model, "--port", str(engine_port),
-                                                    "--host", "127.0.0.1"],
+                                                    "--host", "127.0.0.1", "--log-level", "warning"],
                              engine_port, timeout_s=300, log_path=os.path.join(tmp, "engine.log"))
         gateway = None
         try:
@@ -62,21 +129,12 @@ def run_bench(rate: float, duration: float, model: str, max_tokens: int) -> str:
             gateway = procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", config_path, "--log-level", "warning"],
                                   gateway_port, timeout_s=60, log_path=os.path.join(tmp, "gateway.log"))
             served = httpx.get(engine.url + "/v1/models").json()["data"][0]["id"]
-            direct = asyncio.run(_phase(engine.url, served, rate, duration, max_tokens))
-            via = asyncio.run(_phase(gateway.url, served, rate, duration, max_tokens))
-            o50, o99, count = _overhead_quantiles(httpx.get(gateway.url + "/metrics").text)
+            rows = [f"gateway bench: model {model}, one engine, open-loop client; latency of successful requests",
+                    f"{'path':<18} {'sent':>6} {'ok':>6} {'failed':>6} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9}"]
+            for rate in rates:
+                rows += _compare(engine, gateway, served, rate, duration, max_tokens)
         finally:
             if gateway is not None:
                 gateway.stop()
             engine.stop()
-    ms = lambda s: f"{s * 1000:8.2f}"  # noqa: E731
-    rows = [f"gateway bench: {rate:g} req/s for {duration:g} s per phase, max_tokens={max_tokens}, model {model}",
-            f"{'path':<10} {'sent':>6} {'ok':>6} {'failed':>6} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}"]
-    for name, r in (("direct", direct), ("gateway", via)):
-        rows.append(f"{name:<10} {r['sent']:>6} {r['ok']:>6} {r['failed']:>6} {r['throughput']:>8.1f} "
-                    f"{ms(r['p50'])} {ms(r['p99'])}")
-    rows.append(f"{'added':<10} {'':>6} {'':>6} {'':>6} {via['throughput'] / direct['throughput']:>7.2f}x "
-                f"{ms(via['p50'] - direct['p50'])} {ms(via['p99'] - direct['p99'])}")
-    rows.append(f"gateway in-process overhead (received -> sent upstream, {count} requests): "
-                f"p50 <= {o50 * 1000:.2f} ms, p99 <= {o99 * 1000:.2f} ms (histogram bucket bounds)")
     return "\n".join(rows)

@@ -33,8 +33,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
     @bench_app.command("gateway")
     def bench_gateway(
-        rate: float = typer.Option(200.0, help="Requests per second (fixed rate, open loop)."),
-        duration: float = typer.Option(5.0, help="Seconds per phase (direct, then through the gateway)."),
+        rate: list[float] = typer.Option([10.0, 200.0], help="Requests per second (fixed rate, open loop); "
+                                         "repeat for several rates."),
+        duration: float = typer.Option(3.0, help="Seconds per phase (direct, then through the gateway)."),
         model: str = typer.Option("floodway/tiny-llama", help="Model the engine serves."),
         max_tokens: int = typer.Option(1, help="Tokens per request; 1 isolates the request path."),
     ) -> None:

@@ -141,6 +141,8 @@ class Gateway:
                                                    "; retry later", "rate_limit_exceeded", "capacity_exceeded"),
                                         429, headers={"retry-after": retry})
         finally:
+            if held_since is not None:  # held until rejected (or the caller went away)
+                self.metrics.hold_seconds.observe(self.clock() - held_since)
             if info.held:
                 self.held -= 1
                 self.metrics.held.set(self.held)
@@ -228,6 +230,13 @@ class Gateway:
                 self._breaker_result(False)
             done(False)
             raise _Failed(response.status_code if response is not None else None) from None
+        except asyncio.CancelledError:  # shutdown or a cancelled caller: leave no count or probe behind
+            if response is not None:
+                asyncio.ensure_future(response.aclose())
+            if overflow and self.breaker.probing:
+                self._breaker_result(False)
+            done(False)
+            raise
         first_byte()
         headers = {BACKEND_HEADER: backend_id, "content-type": response.headers.get("content-type", "application/json")}
         if not stream or response.status_code >= 400:
