@@ -39,25 +39,30 @@ def endpoints_from_slices(slices: list[dict], wanted_port: int | str | None) -> 
     return sorted(found.items())
 
 
-def _list_slices(source: KubernetesSource) -> list[dict]:
+def _discovery_api():
     from kubernetes import client, config  # the control-plane image has it; imported only when used
 
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    api = client.ApiClient()
-    result = client.DiscoveryV1Api(api).list_namespaced_endpoint_slice(
-        source.namespace, label_selector=f"kubernetes.io/service-name={source.service}")
-    return api.sanitize_for_serialization(result).get("items", [])
+    return client.DiscoveryV1Api(client.ApiClient())
+
+
+def _list_slices(api, source: KubernetesSource) -> list[dict]:
+    result = api.list_namespaced_endpoint_slice(source.namespace,
+                                                label_selector=f"kubernetes.io/service-name={source.service}")
+    return api.api_client.sanitize_for_serialization(result).get("items", [])
 
 
 async def follow_endpoint_slices(source: KubernetesSource, table: BackendTable) -> None:
     """Runs until cancelled: lists the Service's slices and updates the table; API errors are logged and
     the last known set stays."""
+    api = None
     while True:
         try:
-            slices = await asyncio.to_thread(_list_slices, source)
+            api = api or await asyncio.to_thread(_discovery_api)
+            slices = await asyncio.to_thread(_list_slices, api, source)
             table.set_endpoints(endpoints_from_slices(slices, source.port))
         except Exception as e:  # the API server may be briefly unreachable; keep serving what we know
             log.warning("listing EndpointSlices of %s/%s failed: %s", source.namespace, source.service, e)
