@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Steps shared by e2e/kind/run.sh and e2e/minikube/run.sh (sourced, not run): build the images, install the
 # chart, apply InferenceServices on the built-in CPU model, wait for Ready, send requests through the gateway,
 # drive a burst and check scale-up and overflow. Needs docker, kubectl, helm and python3 on PATH.

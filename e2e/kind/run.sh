@@ -2,6 +2,7 @@
 # End-to-end on kind: real images, real pods (CPU, the built-in model). Needs a Docker engine, kind, kubectl,
 # helm and python3. Deletes its cluster at the end unless FLOODWAY_E2E_KEEP=1.
 #   bash e2e/kind/run.sh
+# shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/../lib.sh"
 CLUSTER=${FLOODWAY_E2E_CLUSTER:-floodway-e2e}
 

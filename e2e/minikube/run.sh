@@ -2,6 +2,7 @@
 # End-to-end on minikube (docker driver): real images, real pods (CPU, the built-in model). Needs a Docker
 # engine, minikube, kubectl, helm and python3. Deletes its profile at the end unless FLOODWAY_E2E_KEEP=1.
 #   bash e2e/minikube/run.sh
+# shellcheck source=e2e/lib.sh
 source "$(dirname "$0")/../lib.sh"
 PROFILE=${FLOODWAY_E2E_CLUSTER:-floodway-e2e}
 

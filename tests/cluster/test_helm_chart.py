@@ -2,9 +2,12 @@
 (kwok runs its pod), and the chart's RBAC gives the operator's ServiceAccount what reconciling needs and no
 access to Secrets."""
 
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.cluster
+REPO = Path(__file__).resolve().parents[2]
 SA = "system:serviceaccount:floodway-system:floodway"
 
 
@@ -40,3 +43,12 @@ def test_operator_service_account_cannot_read_secrets(cluster, floodway_release,
     assert not can(cluster, verb, "secrets", "-n", "default")
     assert not can(cluster, verb, "secrets", "-n", "floodway-system")
     assert not can(cluster, verb, "secrets", "--all-namespaces")
+
+
+def test_the_e2e_image_values_reach_the_operator(cluster):
+    """The --set flags e2e/lib.sh passes name the images the operator deploys."""
+    out = cluster.helm("template", "floodway", str(REPO / "charts" / "floodway"), "--set",
+                       "image.repository=floodway/operator", "--set", "image.tag=e2e", "--set",
+                       "engineImage.repository=floodway/engine-cpu", "--set", "engineImage.tag=e2e").stdout
+    assert "image: \"floodway/operator:e2e\"" in out
+    assert "value: \"floodway/engine-cpu:e2e\"" in out

@@ -3,12 +3,14 @@ field (schema or CEL) and the same spec is refused by the local parser (`floodwa
 explain`, the scale subresource and the printer columns work."""
 
 import json
+from pathlib import Path
 
 import pytest
 from floodway.operator.spec.resource import SpecError, parse
 
 pytestmark = pytest.mark.cluster
 NS = "crd-tests"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def manifest(name: str, **spec) -> dict:
@@ -66,3 +68,11 @@ def test_defaults_explain_scale_and_printer_columns(cluster, ns):
     assert header[:4] == ["NAME", "MODEL", "READY", "DESIRED"] and "URL" not in header
     wide = cluster.kubectl("-n", ns, "get", "inferenceservice", "defaults", "-o", "wide").stdout.splitlines()[0]
     assert "REASON" in wide.split() and "URL" in wide.split()
+
+
+def test_the_e2e_and_example_manifests_are_accepted(cluster, ns):
+    paths = [REPO / "e2e" / "manifests" / "services.yaml", *sorted((REPO / "charts" / "floodway" / "examples").glob(
+        "*.yaml"))]
+    for path in paths:
+        text = path.read_text().replace("NAMESPACE", ns)  # e2e/lib.sh fills in the namespace the same way
+        cluster.kubectl("-n", ns, "apply", "--dry-run=server", "-f", "-", input=text)
