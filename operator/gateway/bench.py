@@ -27,28 +27,27 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _summary(results: list) -> dict:
-    ok = [r for r in results if r.status == 200]
+def _summary(results: list, expected: int) -> dict:
+    ok = [r for r in results if r.status == expected]
     latencies = [r.latency for r in ok]
     elapsed = max(r.done_at for r in results) - min(r.sent_at for r in results)
     return {"sent": len(results), "ok": len(ok), "failed": len(results) - len(ok), "throughput": len(ok) / elapsed,
             "p50": _percentile(latencies, 0.5), "p99": _percentile(latencies, 0.99)}
 
 
-async def _paired(engine_url: str, gateway_url: str, model: str, rate: float, duration: float,
-                  max_tokens: int) -> tuple[dict, dict, list[float]]:
+async def _paired(engine_url: str, gateway_url: str, body: dict, expected: int, rate: float,
+                  duration: float) -> tuple[dict, dict, list[float]]:
     """One open-loop schedule of `rate` requests per second in all: at each
     tick one request goes straight to the engine and one through the gateway, so both meet the same
     engine state (usually the same engine step). Returns both summaries and, per pair where both
-    succeeded, the gateway's latency minus the direct one."""
-    body = {"model": model, "prompt": "The quick brown fox", "max_tokens": max_tokens, "temperature": 0}
+    answered the `expected` status, the gateway's latency minus the direct one."""
     for url in (engine_url, gateway_url):  # warm connections and the engine
         await send_at_rate(url + "/v1/completions", body, 10, 10.0)
     n = max(1, int(rate * duration / 2))
     direct, via = await asyncio.gather(send_at_rate(engine_url + "/v1/completions", body, n, rate / 2),
                                        send_at_rate(gateway_url + "/v1/completions", body, n, rate / 2))
-    added = [v.latency - d.latency for d, v in zip(direct, via, strict=True) if d.status == v.status == 200]
-    return _summary(direct), _summary(via), added
+    added = [v.latency - d.latency for d, v in zip(direct, via, strict=True) if d.status == v.status == expected]
+    return _summary(direct, expected), _summary(via, expected), added
 
 
 def _added_buckets(metrics_text: str) -> list[tuple[float, float]]:
@@ -94,15 +93,14 @@ def _row(name: str, r: dict) -> str:
             f"{r['p50'] * 1000:>9.2f} {r['p99'] * 1000:>9.2f}")
 
 
-def _compare(engine: procs.Proc, gateway: procs.Proc, model: str, rate: float, duration: float,
-             max_tokens: int) -> list[str]:
+def _compare(engine: procs.Proc, gateway: procs.Proc, workload: str, body: dict, expected: int, rate: float,
+             duration: float) -> list[str]:
     _wait_idle(engine.url)
     before, cpu_before = _added_buckets(httpx.get(gateway.url + "/metrics").text), _cpu_s(gateway.pid)
     started = time.monotonic()
-    direct, via, added = asyncio.run(_paired(engine.url, gateway.url, model, rate, duration, max_tokens))
+    direct, via, added = asyncio.run(_paired(engine.url, gateway.url, body, expected, rate, duration))
     after, cpu = _added_buckets(httpx.get(gateway.url + "/metrics").text), _cpu_s(gateway.pid) - cpu_before
-    return [f"-- {rate:g} req/s in all for {duration:g} s (pairs: one direct, one via the gateway), "
-            f"max_tokens={max_tokens}",
+    return [f"-- {workload}: {rate:g} req/s in all for {duration:g} s (pairs: one direct, one via the gateway)",
             _row("direct", direct), _row("via gateway", via),
             f"{'difference':<18} {'':>6} {'':>6} {'':>6} {via['throughput'] / direct['throughput']:>7.2f}x "
             f"{(via['p50'] - direct['p50']) * 1000:>9.2f} {(via['p99'] - direct['p99']) * 1000:>9.2f}",
@@ -129,10 +127,17 @@ def run_bench(rates: list[float], duration: float, model: str, max_tokens: int) 
             gateway = procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", config_path, "--log-level", "warning"],
                                   gateway_port, timeout_s=60, log_path=os.path.join(tmp, "gateway.log"))
             served = httpx.get(engine.url + "/v1/models").json()["data"][0]["id"]
-            rows = [f"gateway bench: model {model}, one engine, open-loop client; latency of successful requests",
+            generate = {"model": served, "prompt": "The quick brown fox", "max_tokens": max_tokens, "temperature": 0}
+            workloads = [  # the second isolates the request path: the engine's HTTP layer answers, no model step
+                (f"generation, max_tokens={max_tokens}", generate, 200),
+                ("request path only (unknown model: the engine answers 404 before any model step)",
+                 {**generate, "model": "no-such-model"}, 404)]
+            rows = [f"gateway bench: model {model}, one engine, open-loop client; latency of requests answered "
+                    "as expected (ok)",
                     f"{'path':<18} {'sent':>6} {'ok':>6} {'failed':>6} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9}"]
-            for rate in rates:
-                rows += _compare(engine, gateway, served, rate, duration, max_tokens)
+            for workload, body, expected in workloads:
+                for rate in rates:
+                    rows += _compare(engine, gateway, workload, body, expected, rate, duration)
         finally:
             if gateway is not None:
                 gateway.stop()
