@@ -107,9 +107,11 @@ class Gateway:
             while True:
                 now = self.clock()
                 decision = overflow_decision(self.pool_state(tried, info.held), self.policy, info, now)
-                if decision.target in ("local", "overflow") and held_since is not None:
+                if decision.target in ("local", "overflow") and held_since is not None:  # leaves the queue
                     self.metrics.hold_seconds.observe(now - held_since)
-                    held_since = None
+                    held_since, info = None, replace(info, held=False)
+                    self.held -= 1
+                    self.metrics.held.set(self.held)
                 if decision.target == "local":
                     backend = self.table.pick(tried)
                     try:
