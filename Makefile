@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml setup.py
 	touch $@
 
 run: setup
-	$(BIN)/floodway generate "Once upon a time"
+	$(BIN)/floodway up
 
 lint: setup
 	$(BIN)/ruff check .
