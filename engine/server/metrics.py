@@ -35,10 +35,6 @@ class _StatsCollector:
             ("floodway_kv_free_blocks", "KV-cache blocks free (including cached, evictable ones).", s.num_free_blocks),
             ("floodway_kv_total_blocks", "KV-cache blocks in the pool.", s.num_total_blocks),
         ]
-        for name, doc, value in gauges:
-            g = GaugeMetricFamily(name, doc, labels=["model_name"])
-            g.add_metric([self._model], value)
-            yield g
         counters = [
             ("vllm:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens_total),
             ("vllm:generation_tokens", "Generation tokens processed.", s.generation_tokens_total),
@@ -46,10 +42,11 @@ class _StatsCollector:
             ("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries_total),
             ("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits_total),
         ]
-        for name, doc, value in counters:
-            c = CounterMetricFamily(name, doc, labels=["model_name"])
-            c.add_metric([self._model], value)
-            yield c
+        for family, rows in ((GaugeMetricFamily, gauges), (CounterMetricFamily, counters)):
+            for name, doc, value in rows:
+                metric = family(name, doc, labels=["model_name"])
+                metric.add_metric([self._model], value)
+                yield metric
 
 
 class ServerMetrics:
