@@ -102,22 +102,27 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
                            type="rate_limit_error", code="rate_limit_exceeded",
                            headers={"Retry-After": str(a.retry_after_s)}) from None
 
+    async def respond(body, request: Request, prompt_ids: list[int], params, what: str, prefix: str,
+                      stream_fn, response_fn):
+        """The tail both generation routes share: admit, then stream or collect."""
+        serving.check_request(state.engine, prompt_ids, params, what)
+        rid, outputs = submit(prompt_ids, params, prefix)
+        created = now_s()
+        if body.stream:
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            stream = stream_fn(outputs, rid, state.served_model, created, state.tokenizer, params.logprobs, usage)
+            return _ClosingStream(stream, outputs, media_type="text/event-stream", headers=SSE_HEADERS)
+        c = await _collect_unless_disconnected(request, outputs)
+        return response_fn(rid, state.served_model, created, c, state.tokenizer, params.logprobs)
+
     @app.post("/v1/completions", response_model=CompletionResponse, responses=ERRORS)
     async def completions(body: CompletionRequest, request: Request):
         state.require_serving()
         serving.check_model(body.model, state.served_model)
         prompt_ids = serving.completion_prompt_ids(body, state.tokenizer, len(state.tokenizer))
         params = serving.sampling_params(body, body.max_tokens or 16, body.logprobs is not None)
-        serving.check_request(state.engine, prompt_ids, params, "prompt")
-        rid, outputs = submit(prompt_ids, params, "cmpl")
-        created = now_s()
-        if body.stream:
-            usage = bool(body.stream_options and body.stream_options.include_usage)
-            stream = serving.completion_stream(outputs, rid, state.served_model, created, state.tokenizer,
-                                               params.logprobs, usage)
-            return _ClosingStream(stream, outputs, media_type="text/event-stream", headers=SSE_HEADERS)
-        c = await _collect_unless_disconnected(request, outputs)
-        return serving.completion_response(rid, state.served_model, created, c, state.tokenizer, params.logprobs)
+        return await respond(body, request, prompt_ids, params, "prompt", "cmpl",
+                             serving.completion_stream, serving.completion_response)
 
     @app.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERRORS)
     async def chat_completions(body: ChatCompletionRequest, request: Request):
@@ -126,16 +131,8 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         prompt_ids = serving.chat_prompt_ids(body, state.tokenizer)
         max_tokens = serving.chat_max_tokens(body, len(prompt_ids), state.engine.max_model_len)
         params = serving.sampling_params(body, max_tokens, body.logprobs)
-        serving.check_request(state.engine, prompt_ids, params, "messages")
-        rid, outputs = submit(prompt_ids, params, "chatcmpl")
-        created = now_s()
-        if body.stream:
-            usage = bool(body.stream_options and body.stream_options.include_usage)
-            stream = serving.chat_stream(outputs, rid, state.served_model, created, state.tokenizer,
-                                         params.logprobs, usage)
-            return _ClosingStream(stream, outputs, media_type="text/event-stream", headers=SSE_HEADERS)
-        c = await _collect_unless_disconnected(request, outputs)
-        return serving.chat_response(rid, state.served_model, created, c, state.tokenizer, params.logprobs)
+        return await respond(body, request, prompt_ids, params, "messages", "chatcmpl",
+                             serving.chat_stream, serving.chat_response)
 
     @app.get("/v1/models", response_model=ModelList)
     async def models():
