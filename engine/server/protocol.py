@@ -111,6 +111,15 @@ class Usage(BaseModel):
 FinishReason = Literal["stop", "length", "abort"] | None
 
 
+class _CompletionObject(BaseModel):
+    """The head every completion object carries; subclasses pin `object` (field order stays as on the wire)."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+
+
 class CompletionLogprobs(BaseModel):
     tokens: list[str]
     token_logprobs: list[float]
@@ -125,11 +134,8 @@ class CompletionChoice(BaseModel):
     finish_reason: FinishReason = None
 
 
-class CompletionResponse(BaseModel):
-    id: str
+class CompletionResponse(_CompletionObject):
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
 
@@ -157,11 +163,8 @@ class ChatChoice(BaseModel):
     finish_reason: FinishReason = None
 
 
-class ChatCompletionResponse(BaseModel):
-    id: str
+class ChatCompletionResponse(_CompletionObject):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
     choices: list[ChatChoice]
     usage: Usage
 
@@ -178,11 +181,8 @@ class ChatChunkChoice(BaseModel):
     finish_reason: FinishReason = None
 
 
-class ChatCompletionChunk(BaseModel):
-    id: str
+class ChatCompletionChunk(_CompletionObject):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
 
