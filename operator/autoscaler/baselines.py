@@ -46,12 +46,21 @@ class HpaPolicy:
     stabilization_s: float = 300.0
 
 
-def _hpa_step(state: ScalerState, raw: int, current: int, lo: int, hi: int, stabilization_s: float,
-              now: float, reason: str) -> Decision:
-    """HPA's common tail: scale-up rate limit, scale-down to the highest recent recommendation (and none
+def _observed(state: ScalerState, history, now: float) -> ScalerState:
+    """The state with its new history, and the time of its first observation kept (no scale-down before a
+    whole window of data exists)."""
+    return replace(state, history=history, observed_since=now if state.observed_since is None else state.observed_since)
+
+
+def _hpa_step(state: ScalerState, ratio: float, tolerance: float, proposal: int, lo: int, hi: int,
+              stabilization_s: float, now: float, reason: str) -> Decision:
+    """HPA's algorithm once the metric is known: keep the count while the usage ratio is within tolerance,
+    else take the proposal; scale-up rate limit, scale-down to the highest recent recommendation (and none
     before a whole window of recommendations exists)."""
+    current = state.replicas
+    raw = current if abs(ratio - 1) <= tolerance else proposal
     history = remember(state.history, now, raw, stabilization_s)
-    st = replace(state, history=history, observed_since=now if state.observed_since is None else state.observed_since)
+    st = _observed(state, history, now)
     if now - st.observed_since < stabilization_s:
         new = max(raw, current) if raw <= current else min(raw, max(current + 4, 2 * current))
     elif raw > current:
@@ -68,8 +77,8 @@ def decide_hpa(state: ScalerState, signals: Signals, policy: HpaPolicy, now: flo
                       "no ready replica to measure")
     util = sum(signals.utilization) / len(signals.utilization)
     ratio = util / policy.target_utilization
-    raw = cur if abs(ratio - 1) <= policy.tolerance else math.ceil(signals.ready * ratio)
-    return _hpa_step(state, raw, cur, policy.min_replicas, policy.max_replicas, policy.stabilization_s, now,
+    return _hpa_step(state, ratio, policy.tolerance, math.ceil(signals.ready * ratio), policy.min_replicas,
+                     policy.max_replicas, policy.stabilization_s, now,
                      f"utilisation {util:.2f} vs target {policy.target_utilization:g}")
 
 
@@ -83,11 +92,10 @@ class KedaPolicy:
 
 
 def decide_keda(state: ScalerState, signals: Signals, policy: KedaPolicy, now: float) -> Decision:
-    cur = state.replicas
     waiting = signals.total_waiting
-    ratio = waiting / (policy.threshold * max(cur, 1))
-    raw = cur if abs(ratio - 1) <= 0.1 else math.ceil(waiting / policy.threshold)
-    return _hpa_step(state, raw, cur, policy.min_replicas, policy.max_replicas, policy.cooldown_s, now,
+    ratio = waiting / (policy.threshold * max(state.replicas, 1))
+    return _hpa_step(state, ratio, 0.1, math.ceil(waiting / policy.threshold), policy.min_replicas,
+                     policy.max_replicas, policy.cooldown_s, now,
                      f"waiting {waiting:g} vs threshold {policy.threshold:g} per replica")
 
 
@@ -110,7 +118,7 @@ def decide_kpa(state: ScalerState, signals: Signals, policy: KpaPolicy, now: flo
     stable, panic = window(history, now, p.stable_window_s), window(history, now, p.panic_window_s)
     want_stable = math.ceil(sum(stable) / len(stable) / p.target_concurrency)
     want_panic = math.ceil(sum(panic) / len(panic) / p.target_concurrency)
-    st = replace(state, history=history, observed_since=now if state.observed_since is None else state.observed_since)
+    st = _observed(state, history, now)
     if now - st.observed_since < p.stable_window_s:
         want_stable = max(want_stable, cur)  # no decision to scale down without a full stable window of data
     if want_panic >= p.panic_threshold * max(signals.ready, 1) and want_panic > 0:
