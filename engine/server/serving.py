@@ -171,47 +171,55 @@ def error_event(exc: Exception) -> str:
     return sse(ErrorResponse(error=ErrorInfo(message=message, type="internal_error")))
 
 
-async def completion_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
-                            logprobs: bool, include_usage: bool) -> AsyncIterator[str]:
-    c, offset = Collected(), 0
+async def _events(outputs: AsyncIterator, event, usage_event, include_usage: bool,
+                  opening: str | None = None) -> AsyncIterator[str]:
+    """Both streams' skeleton: an event per output that carries text or finishes, a failure reported in-band,
+    the usage event when asked, then [DONE]."""
+    c = Collected()
+    if opening is not None:
+        yield opening
     try:
         async for out in outputs:
             c.add(out)
             if not out.new_text and not out.finished:
                 continue
-            lp = None
-            if logprobs:
-                lp = completion_logprobs(tokenizer, out.new_token_ids, out.new_logprobs or [], offset)
-            offset += len(out.new_text)
-            choice = CompletionChoice(text=out.new_text, logprobs=lp, finish_reason=out.finish_reason)
-            yield sse(CompletionResponse(id=rid, created=created, model=model, choices=[choice]))
+            yield event(out)
     except Exception as e:  # noqa: BLE001 - headers are sent: report in-band, then end the stream
         yield error_event(e)
     else:
         if include_usage:
-            yield sse(CompletionResponse(id=rid, created=created, model=model, choices=[], usage=c.usage()))
+            yield usage_event(c.usage())
     yield DONE
 
 
-async def chat_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
+def completion_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
                       logprobs: bool, include_usage: bool) -> AsyncIterator[str]:
-    c = Collected()
+    offset = 0  # text offset of the next piece, for logprobs' text_offset
 
+    def event(out) -> str:
+        nonlocal offset
+        lp = None
+        if logprobs:
+            lp = completion_logprobs(tokenizer, out.new_token_ids, out.new_logprobs or [], offset)
+        offset += len(out.new_text)
+        choice = CompletionChoice(text=out.new_text, logprobs=lp, finish_reason=out.finish_reason)
+        return sse(CompletionResponse(id=rid, created=created, model=model, choices=[choice]))
+
+    def usage_event(usage: Usage) -> str:
+        return sse(CompletionResponse(id=rid, created=created, model=model, choices=[], usage=usage))
+
+    return _events(outputs, event, usage_event, include_usage)
+
+
+def chat_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
+                logprobs: bool, include_usage: bool) -> AsyncIterator[str]:
     def chunk(choices, usage=None) -> str:
         return sse(ChatCompletionChunk(id=rid, created=created, model=model, choices=choices, usage=usage))
 
-    yield chunk([ChatChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
-    try:
-        async for out in outputs:
-            c.add(out)
-            if not out.new_text and not out.finished:
-                continue
-            lp = chat_logprobs(tokenizer, out.new_token_ids, out.new_logprobs or []) if logprobs else None
-            delta = DeltaMessage(content=out.new_text)
-            yield chunk([ChatChunkChoice(delta=delta, logprobs=lp, finish_reason=out.finish_reason)])
-    except Exception as e:  # noqa: BLE001 - headers are sent: report in-band, then end the stream
-        yield error_event(e)
-    else:
-        if include_usage:
-            yield chunk([], c.usage())
-    yield DONE
+    def event(out) -> str:
+        lp = chat_logprobs(tokenizer, out.new_token_ids, out.new_logprobs or []) if logprobs else None
+        delta = DeltaMessage(content=out.new_text)
+        return chunk([ChatChunkChoice(delta=delta, logprobs=lp, finish_reason=out.finish_reason)])
+
+    opening = chunk([ChatChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
+    return _events(outputs, event, lambda usage: chunk([], usage), include_usage, opening)
