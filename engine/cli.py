@@ -33,7 +33,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         model: str = typer.Option("floodway/llama-150m", help="Model for all systems (built-in name, id, folder)."),
         workload: str = typer.Option("b", help="a: fixed lengths; b: Azure conversation trace; c: Mooncake prefixes."),
         num_requests: int | None = typer.Option(None, help="Requests in the workload (default a 32, b 64, c 48)."),
-        max_model_len: int = typer.Option(1024, help="Engine max_model_len; trace lengths scale to it."),
+        max_model_len: int = typer.Option(512, help="Engine max_model_len; trace lengths scale to it."),
         seq_requests: int = typer.Option(4, help="Requests timed for the sequential baseline (it is slow)."),
         baselines: str = typer.Option("sequential,static,continuous", help="Comma list of baselines to run."),
         profile_out: str | None = typer.Option(None, help="Also write a JSON step-cost profile here."),

@@ -1,6 +1,6 @@
 """What the engine hands back: per-request outputs and engine-wide stats (torch-free)."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -43,4 +43,3 @@ class EngineStats:
     prefix_cache_hits_total: int
     # Live tokens over tokens in allocated blocks right now (how full the blocks in use are).
     kv_utilization: float = 0.0
-    extra: dict = field(default_factory=dict)

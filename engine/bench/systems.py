@@ -13,6 +13,7 @@ class RunResult:
     name: str
     output_tokens: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # process CPU time (all threads): robust to other load on a shared machine
     note: str = ""
     error: str | None = None
     kv: dict = field(default_factory=dict)
@@ -20,6 +21,20 @@ class RunResult:
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.seconds if self.seconds and not self.error else 0.0
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.output_tokens / self.cpu_seconds if self.cpu_seconds and not self.error else 0.0
+
+
+class _Clock:
+    """Wall and process CPU seconds since creation."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def stop(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
 def _bar(total: int, desc: str):
@@ -34,7 +49,7 @@ def run_ours(engine, wl: Workload) -> RunResult:
 
     bs = engine.config.block_size
     peak = dict(blocks=0, utilization=0.0, running=0, live_tokens=0)
-    start = time.perf_counter()
+    clock = _Clock()
     for i, (p, n) in enumerate(zip(wl.prompts, wl.max_tokens, strict=True)):
         engine.add_request(f"bench-{i}", p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
     tokens = 0
@@ -48,7 +63,7 @@ def run_ours(engine, wl: Workload) -> RunResult:
             if used > peak["blocks"]:
                 live = sum(min(r.num_computed_tokens, r.num_tokens) for r in engine.scheduler.running)
                 peak = dict(blocks=used, utilization=s.kv_utilization, running=s.num_running, live_tokens=live)
-    seconds = time.perf_counter() - start
+    seconds, cpu = clock.stop()
     s = engine.stats()
     contiguous = peak["running"] * math.ceil(engine.max_model_len / bs)
     kv = dict(peak_blocks=peak["blocks"], allocated_blocks=s.num_total_blocks, contiguous_blocks=contiguous,
@@ -56,7 +71,7 @@ def run_ours(engine, wl: Workload) -> RunResult:
               contiguous_utilization=peak["live_tokens"] / (contiguous * bs) if contiguous else 0.0,
               prefix_hit_rate=s.prefix_cache_hits_total / max(s.prefix_cache_queries_total, 1),
               preemptions=s.num_preemptions_total)
-    return RunResult("floodway engine", tokens, seconds, kv=kv)
+    return RunResult("floodway engine", tokens, seconds, cpu, kv=kv)
 
 
 def run_hf_sequential(model, wl: Workload, limit: int) -> RunResult:
@@ -64,13 +79,13 @@ def run_hf_sequential(model, wl: Workload, limit: int) -> RunResult:
     import torch
 
     n = min(limit, len(wl.prompts))
-    start = time.perf_counter()
+    clock = _Clock()
     with _bar(n, "transformers sequential") as bar:
         for p, k in zip(wl.prompts[:n], wl.max_tokens[:n], strict=True):
             model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
                            max_new_tokens=k, min_new_tokens=k, do_sample=False)
             bar.update(1)
-    return RunResult("transformers sequential", sum(wl.max_tokens[:n]), time.perf_counter() - start,
+    return RunResult("transformers sequential", sum(wl.max_tokens[:n]), *clock.stop(),
                      note=f"first {n} of {len(wl.prompts)} requests")
 
 
@@ -82,12 +97,12 @@ def run_hf_static(model, wl: Workload, pad_id: int) -> RunResult:
     ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in wl.prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in wl.prompts])
     k = max(wl.max_tokens)
-    start = time.perf_counter()
+    clock = _Clock()
     with _bar(len(wl.prompts), "transformers static batch") as bar:
         model.generate(ids, attention_mask=mask, max_new_tokens=k, min_new_tokens=k, do_sample=False,
                        pad_token_id=pad_id)
         bar.update(len(wl.prompts))
-    return RunResult("transformers static batch", wl.output_tokens, time.perf_counter() - start,
+    return RunResult("transformers static batch", wl.output_tokens, *clock.stop(),
                      note=f"padded to {width} prompt + {k} new tokens")
 
 
@@ -103,7 +118,7 @@ def run_hf_continuous(model, wl: Workload, max_batch_tokens: int) -> RunResult:
     try:
         with model.continuous_batching_context_manager(generation_config=gc, continuous_batching_config=cbc,
                                                        block=True, timeout=5) as mgr:
-            start = time.perf_counter()
+            clock = _Clock()
             ids = [mgr.add_request(p, max_new_tokens=k, eos_token_id=[])
                    for p, k in zip(wl.prompts, wl.max_tokens, strict=True)]
             done, tokens = set(), 0
@@ -116,7 +131,7 @@ def run_hf_continuous(model, wl: Workload, max_batch_tokens: int) -> RunResult:
                         bar.update(1)
                     elif r is None and not mgr.is_running():
                         raise RuntimeError("the continuous batching thread stopped")
-            seconds = time.perf_counter() - start
+            seconds, cpu = clock.stop()
     except Exception as e:  # report the exact failure instead of a figure
         return RunResult("transformers continuous batching", error=f"{type(e).__name__}: {e}")
-    return RunResult("transformers continuous batching", tokens, seconds, note=f"page {page}, {blocks} pages")
+    return RunResult("transformers continuous batching", tokens, seconds, cpu, note=f"page {page}, {blocks} pages")
