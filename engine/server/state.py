@@ -67,9 +67,6 @@ class ServerState:
         finally:
             self._loaded.set()
 
-    def wait_loaded(self, timeout_s: float | None = None) -> bool:
-        return self._loaded.wait(timeout_s)
-
     def require_serving(self) -> None:
         """Raises the 503 a generation request gets while loading, failed, or draining."""
         if self.draining:

@@ -4,7 +4,7 @@ patch by plain dicts and computed paths, so reconcile needs no API discovery and
 import json
 from urllib.parse import quote
 
-from floodway.operator.spec import API_VERSION, PLURAL
+from floodway.operator.spec import PLURAL
 
 PLURALS = {"Deployment": "deployments", "Service": "services", "ConfigMap": "configmaps",
            "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
@@ -97,7 +97,3 @@ class Kube:
         meta = obj["metadata"]
         return self.request("PUT", object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]),
                             body=obj)
-
-    def patch_status(self, namespace: str, name: str, status: dict) -> dict:
-        return self.request("PATCH", object_path(API_VERSION, "InferenceService", namespace, name, "status"),
-                            body={"status": status}, content_type="application/merge-patch+json")

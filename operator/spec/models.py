@@ -7,7 +7,6 @@ from floodway.operator.autoscaler.policy import AutoscalerPolicy
 from floodway.operator.spec.base import Rule, SpecModel
 from pydantic import Field
 
-RUNTIMES = ("floodway", "vllm")
 _POLICY = AutoscalerPolicy()  # the autoscaler's tuned defaults are the spec's defaults
 
 

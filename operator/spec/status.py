@@ -5,8 +5,6 @@ from typing import Literal
 from floodway.operator.spec.base import SpecModel
 from pydantic import Field
 
-CONDITION_TYPES = ("Ready", "Scaling", "Overflowing", "SLOAtRisk", "FitsGPU", "OverflowKeyAvailable")
-
 
 class Condition(SpecModel):
     """A standard Kubernetes condition."""
