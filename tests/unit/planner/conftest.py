@@ -41,12 +41,6 @@ def llama2_7b(tmp_path) -> str:
 
 
 @pytest.fixture
-def model_dir(tmp_path):
-    """write(name, cfg) -> folder holding that config.json."""
-    return lambda name, cfg: write_config(tmp_path / name, cfg)
-
-
-@pytest.fixture
 def hf_cache(tmp_path, monkeypatch):
     """An empty hub cache that the planner (and huggingface_hub) will read."""
     cache = tmp_path / "hub"
