@@ -4,7 +4,7 @@
 import math
 
 from floodway.operator.render.images import Images
-from floodway.operator.render.meta import Owner, engine_name, image_version, metadata, selector
+from floodway.operator.render.meta import Owner, engine_name, image_version, labels, metadata, selector
 from floodway.operator.render.security import CONTAINER_SECURITY, POD_SECURITY
 from floodway.operator.spec import InferenceServiceSpec
 
@@ -84,9 +84,12 @@ def _container(spec: InferenceServiceSpec, images: Images) -> dict:
     return container
 
 
+def _meta(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
+    return metadata(owner, engine_name(owner), "engine", image_version(images.engine_image(spec)))
+
+
 def engine_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images, replicas: int) -> dict:
-    image = images.engine_image(spec)
-    pod_labels = metadata(owner, "", "engine", image_version(image))["labels"]
+    pod_labels = labels(owner, "engine", image_version(images.engine_image(spec)))
     pod_spec = {
         "terminationGracePeriodSeconds": spec.engine.termination_grace_period_seconds,
         "securityContext": POD_SECURITY,
@@ -100,7 +103,7 @@ def engine_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images, 
         pod_spec["tolerations"] = [t.dump() for t in spec.resources.tolerations]
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": metadata(owner, engine_name(owner), "engine", image_version(image)),
+        "metadata": _meta(spec, owner, images),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector(owner, "engine")},
@@ -116,7 +119,7 @@ def engine_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images, 
 def engine_service(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
     return {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": metadata(owner, engine_name(owner), "engine", image_version(images.engine_image(spec))),
+        "metadata": _meta(spec, owner, images),
         "spec": {"selector": selector(owner, "engine"),
                  "ports": [{"name": "http", "port": spec.engine.port, "targetPort": "http", "protocol": "TCP"}]},
     }
@@ -126,6 +129,6 @@ def engine_pdb(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict
     # Voluntary evictions (node drains) take engines one at a time, so the rest keep serving.
     return {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": metadata(owner, engine_name(owner), "engine", image_version(images.engine_image(spec))),
+        "metadata": _meta(spec, owner, images),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(owner, "engine")}},
     }
