@@ -7,11 +7,16 @@ from floodway.operator.autoscaler.signals import Scrape, parse_engine, parse_gat
 TIMEOUT_S = 2.0
 
 
-def _get(client: httpx.Client, url: str) -> str | None:
+def _metrics(client: httpx.Client, base: str, parse):
+    """The parsed /metrics of one target, or None when it cannot be fetched or parsed this tick."""
     try:
-        r = client.get(url)
-        return r.text if r.status_code == 200 else None
+        r = client.get(f"{base}/metrics")
+        text = r.text if r.status_code == 200 else None
     except httpx.HTTPError:
+        return None
+    try:
+        return parse(text) if text is not None else None
+    except ValueError:
         return None
 
 
@@ -21,23 +26,10 @@ def scrape(engines: dict[str, str], gateway_url: str | None, starting: int, now:
     own = client is None
     client = client or httpx.Client(timeout=TIMEOUT_S)
     try:
-        samples, failed = {}, 0
-        for name, base in engines.items():
-            text = _get(client, f"{base}/metrics")
-            try:
-                samples[name] = parse_engine(text) if text is not None else None
-            except ValueError:
-                samples[name] = None
-            failed += samples[name] is None
-        gateway = None
-        if gateway_url:
-            text = _get(client, f"{gateway_url}/metrics")
-            try:
-                gateway = parse_gateway(text) if text is not None else None
-            except ValueError:
-                gateway = None
+        samples = {name: _metrics(client, base, parse_engine) for name, base in engines.items()}
         ready = {n: s for n, s in samples.items() if s is not None}
-        return Scrape(time=now, engines=ready, gateway=gateway, starting=starting + failed)
+        gateway = _metrics(client, gateway_url, parse_gateway) if gateway_url else None
+        return Scrape(time=now, engines=ready, gateway=gateway, starting=starting + len(samples) - len(ready))
     finally:
         if own:
             client.close()
