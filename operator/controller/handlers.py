@@ -4,7 +4,6 @@ conditions, events and kopf retries with backoff, never a crash of the operator.
 
 import logging
 import time
-from datetime import datetime, timezone
 
 import kopf
 from floodway.operator.controller.conditions import transition_events
@@ -12,7 +11,7 @@ from floodway.operator.controller.kube import KubeError
 from floodway.operator.controller.pods import any_ready, engine_pods, secret_problem
 from floodway.operator.controller.scaling import initial_state, tick
 from floodway.operator.controller.scrape import scrape
-from floodway.operator.controller.status import Observation, build_status
+from floodway.operator.controller.status import Observation, build_status, now_rfc3339
 from floodway.operator.render import Owner, render, service_url
 from floodway.operator.render.engine import engine_deployment
 from floodway.operator.render.gateway import SERVICE_PORT
@@ -21,10 +20,6 @@ from floodway.operator.spec import GROUP, PLURAL, VERSION, SpecError, parse_spec
 
 log = logging.getLogger("floodway.operator")
 TIMER_S = 1.0  # the timer wakes often; each service acts every spec.autoscaling.intervalSeconds
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _fit(spec) -> tuple[str, str]:
@@ -45,7 +40,7 @@ def _fit(spec) -> tuple[str, str]:
 
 def _publish(body, patch, spec, obs: Observation, generation, owner: Owner) -> None:
     previous = dict(body.get("status") or {})
-    status = build_status(spec, previous, obs, _now(), generation, selector_string(owner, "engine"),
+    status = build_status(spec, previous, obs, now_rfc3339(), generation, selector_string(owner, "engine"),
                           service_url(owner))
     for event in transition_events(previous.get("conditions") or [], status["conditions"]):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
@@ -56,7 +51,7 @@ def _publish(body, patch, spec, obs: Observation, generation, owner: Owner) -> N
 def _invalid(body, patch, err: SpecError) -> None:
     kopf.event(body, type="Warning", reason="InvalidSpec", message=str(err))
     patch.status["conditions"] = [{"type": "Ready", "status": "False", "reason": "InvalidSpec",
-                                   "message": str(err), "lastTransitionTime": _now()}]
+                                   "message": str(err), "lastTransitionTime": now_rfc3339()}]
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -124,7 +119,7 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
             up = decision.replicas > memo.state.replicas
             kopf.event(body, type="Normal", reason="ScaledUp" if up else "ScaledDown",
                        message=f"{memo.state.replicas} -> {decision.replicas}: {decision.reason}")
-            scaled_at = _now()
+            scaled_at = now_rfc3339()
     memo.state = decision.state
     dstatus = (deployment or {}).get("status") or {}
     ref = parsed.overflow.api_key_secret_ref

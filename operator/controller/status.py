@@ -2,6 +2,7 @@
 
 import math
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from floodway.operator.autoscaler.signals import Signals
 from floodway.operator.controller.conditions import set_condition
@@ -22,6 +23,11 @@ class Observation:
     fit_level: str | None = None  # planner: "ok" | "warning" | "refuse", or "unchecked"
     fit_message: str = ""
     secret_problem: str | None = None  # why the overflow key cannot reach the gateway, if it cannot
+
+
+def now_rfc3339() -> str:
+    """The clock reading the shells pass in as `now` (status and condition times are RFC 3339, UTC)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _round(x: float | None, digits: int = 3) -> float | None:

@@ -3,24 +3,19 @@
 import json
 import os
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 from floodway.operator import procs
 from floodway.operator.controller.scaling import initial_state, tick
 from floodway.operator.controller.scrape import scrape
-from floodway.operator.controller.status import Observation, build_status
+from floodway.operator.controller.status import Observation, build_status, now_rfc3339
 from floodway.operator.local.pool import EnginePool
 from floodway.operator.render.engine import engine_args, ready_path
 from floodway.operator.render.gateway import API_KEY_ENV, gateway_config
 from floodway.operator.spec import InferenceService
 
 ENGINE_START_TIMEOUT_S = 300.0
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status_line(name: str, status: dict) -> str:
@@ -84,8 +79,8 @@ class LocalRunner:
         obs = Observation(replicas=replicas, ready_replicas=ready, desired_replicas=result.decision.replicas,
                           gateway_ready=self.gateway is not None and self.gateway.alive(), signals=result.signals,
                           scale_reason=result.decision.reason if moved else self.status.get("lastScaleReason"),
-                          scaled_at=_now() if moved else self.status.get("lastScaleTime"))
-        self.status = build_status(self.spec, self.status, obs, _now(), None, "", self.url)
+                          scaled_at=now_rfc3339() if moved else self.status.get("lastScaleTime"))
+        self.status = build_status(self.spec, self.status, obs, now_rfc3339(), None, "", self.url)
         self._write_status()
         return self.status
 
