@@ -7,9 +7,10 @@ share and attainment. Run: `python -P -m floodway.operator.simulator.bound [scen
 """
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from floodway.operator.autoscaler.policy import Decision, ScalerState, scaled
+from floodway.operator.simulator.compare import overflow_enabled, size
 from floodway.operator.simulator.des import Scaler, SimConfig, simulate
 from floodway.operator.simulator.report import Summary, summarize
 from floodway.operator.simulator.traces import Request
@@ -38,18 +39,17 @@ def decide_schedule(state: ScalerState, signals, policy: Schedule, now: float) -
 
 def run_schedule(trace: list[Request], schedule: Schedule, cfg: SimConfig) -> Summary:
     """One clairvoyant schedule with overflow on (cold starts and the gateway as configured)."""
-    cfg = replace(cfg, overflow=replace(cfg.overflow, enabled=True))
-    return summarize(simulate(trace, Scaler("schedule", decide_schedule, schedule, schedule.at(0.0)), cfg))
+    return summarize(simulate(trace, Scaler("schedule", decide_schedule, schedule, schedule.at(0.0)),
+                              overflow_enabled(cfg, True)))
 
 
 def main(argv: list[str]) -> None:
-    from floodway.operator.simulator import compare
     from floodway.operator.simulator.run import Options, prepare
 
     scenario = next((a for a in argv if not a.startswith("--")), "azure-4x")
     opts = Options(scenario=scenario, waiting_includes_prefill="--waiting-includes-prefill" in argv)
     trace, cfg, ours, _, title = prepare(opts)
-    peak = compare.size(trace, cfg, ours.slo_attainment).static_peak
+    peak = size(trace, cfg, ours.slo_attainment).static_peak
     peak_hours = peak * trace[-1].arrival_s / 3600.0
     end_min = trace[-1].arrival_s / 60.0
     print(f"{title}: static peak {peak} replicas; clairvoyant schedules of {peak - 1} and {peak - 2} replicas")

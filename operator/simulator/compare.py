@@ -26,6 +26,11 @@ class Sizing:
     max_replicas: int
 
 
+def overflow_enabled(cfg: SimConfig, enabled: bool) -> SimConfig:
+    """The same simulation with the gateway's overflow switched on or off (its other settings kept)."""
+    return replace(cfg, overflow=replace(cfg.overflow, enabled=enabled))
+
+
 def parse_policy(spec: str) -> tuple[str, bool]:
     """'keda' or 'keda+overflow' -> (name, with overflow)."""
     name, with_overflow = spec, False
@@ -38,7 +43,7 @@ def parse_policy(spec: str) -> tuple[str, bool]:
 
 def static_peak_replicas(trace: list[Request], cfg: SimConfig, attainment: float, limit: int = 256) -> int:
     """Smallest static pool meeting `attainment` without overflow (binary search; attainment grows with N)."""
-    cfg = replace(cfg, overflow=replace(cfg.overflow, enabled=False))
+    cfg = overflow_enabled(cfg, False)
 
     def ok(n: int) -> bool:
         res = simulate(trace, Scaler("static", bl.decide_static, bl.StaticPolicy(n), n), cfg)
@@ -89,7 +94,7 @@ def run(trace: list[Request], specs: list[str], cfg: SimConfig, ours: Autoscaler
     sizing = sizing or size(trace, cfg, ours.slo_attainment)
     results = []
     for (name, with_overflow), spec in zip(parsed, specs, strict=True):
-        run_cfg = replace(cfg, overflow=replace(cfg.overflow, enabled=with_overflow))
+        run_cfg = overflow_enabled(cfg, with_overflow)
         # The overflow budget is only ours to spend where the gateway overflows.
         policy = ours if with_overflow else replace(ours, overflow_share=0.0)
         scaler = build(name, sizing, policy, ours.target_concurrency)
