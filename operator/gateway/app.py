@@ -1,4 +1,8 @@
-"""The gateway's HTTP server: a thin FastAPI shell around the proxy, the backend table and the metrics."""
+"""The gateway's HTTP server: a thin shell around the proxy, the backend table and the metrics.
+
+The two proxied endpoints are served by a bare ASGI function in front of FastAPI: on the hot path
+FastAPI's routing, dependency solving and middleware stack cost more than the proxy's own work.
+Everything else (probes, metrics, model list, debug state) goes through FastAPI."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import logging
 import random
 import secrets
 
+import aiohttp
 import httpx
 from fastapi import FastAPI, Request
 from floodway.operator.gateway.backends import BackendTable
@@ -23,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 log = logging.getLogger("floodway.gateway")
 
 _OPEN_PATHS = ("/health", "/ready", "/metrics")  # probes and scrapes need no client token
+_PROXIED = frozenset({"/v1/completions", "/v1/chat/completions"})
 
 
 def _read_tokens(path: str | None) -> set[str] | None:
@@ -38,9 +44,36 @@ def _read_tokens(path: str | None) -> set[str] | None:
     return tokens
 
 
-def create_app(config: GatewayConfig) -> FastAPI:
+def _token_error(tokens: set[str] | None, authorization: str) -> JSONResponse | None:
+    """The 401 answer when a token is required and `authorization` carries none of the known ones."""
+    if tokens is None:
+        return None
+    given = authorization.removeprefix("Bearer ").strip()
+    if any(secrets.compare_digest(given, t) for t in tokens):
+        return None
+    return JSONResponse(error_body("missing or unknown bearer token", "authentication_error", "invalid_api_key"), 401)
+
+
+async def _read_body(receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionError("client went away before sending the whole body")
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _upstream_session() -> aiohttp.ClientSession:
+    # Pool sized for bursts of thousands of concurrent requests; no total deadline (streams last long).
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2048, limit_per_host=0),
+                                 timeout=aiohttp.ClientTimeout(total=None))
+
+
+def create_app(config: GatewayConfig):
+    """The ASGI application: proxied POSTs straight to the Gateway, the rest to a FastAPI app."""
     tokens = _read_tokens(config.auth.tokens_file)
-    limits = httpx.Limits(max_connections=2048, max_keepalive_connections=512)
     table = BackendTable(RoutingWeights(config.routing.waiting_weight, config.routing.kv_weight),
                          random.Random(config.routing.seed))
     table.set_endpoints([(url, url) for url in config.backends.static])
@@ -55,9 +88,9 @@ def create_app(config: GatewayConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        async with httpx.AsyncClient(limits=limits) as local, httpx.AsyncClient(limits=limits) as remote, \
-                httpx.AsyncClient() as probes:
+        async with _upstream_session() as local, _upstream_session() as remote, httpx.AsyncClient() as probes:
             gateway = app.state.gateway = Gateway(config, table, metrics, local, remote)
+            app.state.probes = probes
             await table.refresh(probes, config.scrape_interval_s * 2 + 0.5)  # ready reflects real backends
             gateway.update_gauges()
             tasks = [asyncio.create_task(scrape_forever(gateway, probes))]
@@ -75,30 +108,20 @@ def create_app(config: GatewayConfig) -> FastAPI:
         @app.middleware("http")
         async def require_token(request: Request, call_next):
             if request.url.path not in _OPEN_PATHS:
-                given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-                if not any(secrets.compare_digest(given, t) for t in tokens):
-                    return JSONResponse(error_body("missing or unknown bearer token", "authentication_error",
-                                                   "invalid_api_key"), 401)
+                refused = _token_error(tokens, request.headers.get("authorization", ""))
+                if refused is not None:
+                    return refused
             return await call_next(request)
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        return await app.state.gateway.handle("/v1/completions", await request.body(), request.headers)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await app.state.gateway.handle("/v1/chat/completions", await request.body(), request.headers)
 
     @app.get("/v1/models")
     async def models() -> Response:
         if config.served_models:
             return JSONResponse({"object": "list", "data": [
                 {"id": m, "object": "model", "created": 0, "owned_by": "floodway"} for m in config.served_models]})
-        gateway: Gateway = app.state.gateway
         backend = table.pick(frozenset())
         if backend is None:
             return JSONResponse(error_body("no ready backend to list models", "server_error"), 503)
-        upstream = await gateway.local.get(backend.url + "/v1/models", timeout=config.connect_timeout_s + 5)
+        upstream = await app.state.probes.get(backend.url + "/v1/models", timeout=config.connect_timeout_s + 5)
         return Response(upstream.content, upstream.status_code, media_type="application/json")
 
     @app.get("/health")
@@ -126,4 +149,16 @@ def create_app(config: GatewayConfig) -> FastAPI:
                              "budget": vars(g.budget), "mean_e2e_s": g.mean_e2e_s, "base_ttft_s": g.base_ttft_s,
                              "overflow": config.overflow.model_dump(exclude={"api_key_env", "api_key_file"})})
 
-    return app
+    async def asgi(scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in _PROXIED:
+            return await app(scope, receive, send)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        response = _token_error(tokens, headers.get("authorization", ""))
+        if response is None:
+            try:
+                body = await _read_body(receive)
+            except ConnectionError:
+                return
+            response = await app.state.gateway.handle(scope["path"], body, headers)
+        await response(scope, receive, send)
+    return asgi
