@@ -13,9 +13,8 @@ import random
 import secrets
 
 import aiohttp
-import httpx
 from fastapi import FastAPI, Request
-from floodway.operator.gateway.backends import BackendTable
+from floodway.operator.gateway.backends import BackendTable, get_text
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.k8s import follow_endpoint_slices
 from floodway.operator.gateway.metrics import GatewayMetrics
@@ -79,7 +78,7 @@ def create_app(config: GatewayConfig):
     table.set_endpoints([(url, url) for url in config.backends.static])
     metrics = GatewayMetrics()
 
-    async def scrape_forever(gateway: Gateway, probes: httpx.AsyncClient) -> None:
+    async def scrape_forever(gateway: Gateway, probes: aiohttp.ClientSession) -> None:
         while True:
             await asyncio.sleep(config.scrape_interval_s)  # scrape period, not synchronisation
             await table.refresh(probes, config.scrape_interval_s * 2 + 0.5)
@@ -88,7 +87,7 @@ def create_app(config: GatewayConfig):
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        async with _upstream_session() as local, _upstream_session() as remote, httpx.AsyncClient() as probes:
+        async with _upstream_session() as local, _upstream_session() as remote, aiohttp.ClientSession() as probes:
             gateway = app.state.gateway = Gateway(config, table, metrics, local, remote)
             app.state.probes = probes
             await table.refresh(probes, config.scrape_interval_s * 2 + 0.5)  # ready reflects real backends
@@ -121,8 +120,9 @@ def create_app(config: GatewayConfig):
         backend = table.pick(frozenset())
         if backend is None:
             return JSONResponse(error_body("no ready backend to list models", "server_error"), 503)
-        upstream = await app.state.probes.get(backend.url + "/v1/models", timeout=config.connect_timeout_s + 5)
-        return Response(upstream.content, upstream.status_code, media_type="application/json")
+        status, text = await get_text(app.state.probes, backend.url + "/v1/models",
+                                      aiohttp.ClientTimeout(total=config.connect_timeout_s + 5))
+        return Response(text, status, media_type="application/json")
 
     @app.get("/health")
     async def health() -> Response:

@@ -12,7 +12,7 @@ import logging
 import random
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 from floodway.operator.gateway.routing import BackendLoad, RoutingWeights, estimate_waiting, pick
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,6 +34,12 @@ def parse_engine_load(text: str) -> dict[str, float]:
             if sample.name in _GAUGES:
                 load[_GAUGES[sample.name]] += sample.value
     return load
+
+
+async def get_text(session: aiohttp.ClientSession, url: str, timeout: aiohttp.ClientTimeout) -> tuple[int, str]:
+    """(status, body text) of a GET."""
+    async with session.get(url, timeout=timeout) as response:
+        return response.status, await response.text(errors="replace")
 
 
 @dataclass
@@ -86,22 +92,23 @@ class BackendTable:
         if backend_id in self.backends:
             self.backends[backend_id].ready = False
 
-    async def refresh(self, client: httpx.AsyncClient, timeout_s: float) -> None:
-        await asyncio.gather(*(self._probe(client, b, timeout_s) for b in list(self.backends.values())))
+    async def refresh(self, session: aiohttp.ClientSession, timeout_s: float) -> None:
+        await asyncio.gather(*(self._probe(session, b, timeout_s) for b in list(self.backends.values())))
 
-    async def _probe(self, client: httpx.AsyncClient, b: Backend, timeout_s: float) -> None:
+    async def _probe(self, session: aiohttp.ClientSession, b: Backend, timeout_s: float) -> None:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
         try:
-            ready, metrics = await asyncio.gather(client.get(b.url + "/ready", timeout=timeout_s),
-                                                  client.get(b.url + "/metrics", timeout=timeout_s))
-            load = parse_engine_load(metrics.text) if metrics.status_code == 200 else None
-        except (httpx.HTTPError, ValueError) as e:
+            (ready, _), (status, text) = await asyncio.gather(get_text(session, b.url + "/ready", timeout),
+                                                              get_text(session, b.url + "/metrics", timeout))
+            load = parse_engine_load(text) if status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
             if b.ready:
                 log.warning("backend %s unready: %s", b.id, type(e).__name__)
             b.ready = False
             return
-        if b.ready != (ready.status_code == 200):
-            log.info("backend %s %s", b.id, "ready" if ready.status_code == 200 else f"unready ({ready.status_code})")
-        b.ready = ready.status_code == 200
+        if b.ready != (ready == 200):
+            log.info("backend %s %s", b.id, "ready" if ready == 200 else f"unready ({ready})")
+        b.ready = ready == 200
         if load is not None:
             b.waiting, b.running, b.kv_usage = load["waiting"], load["running"], load["kv_usage"]
             b.in_flight_at_scrape, b.capacity = b.in_flight, max(b.capacity, b.running)

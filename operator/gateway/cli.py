@@ -21,7 +21,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from floodway.operator.gateway.config import load_config
 
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied request is too costly
         try:
             cfg = load_config(config)
             application = create_app(cfg)
