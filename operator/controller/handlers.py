@@ -12,6 +12,7 @@ from floodway.operator.controller.pods import any_ready, engine_pods, secret_pro
 from floodway.operator.controller.scaling import initial_state, tick
 from floodway.operator.controller.scrape import scrape
 from floodway.operator.controller.status import Observation, build_status, now_rfc3339
+from floodway.operator.planner.fit import spec_fit
 from floodway.operator.render import Owner, render, service_url
 from floodway.operator.render.engine import engine_deployment
 from floodway.operator.render.gateway import SERVICE_PORT
@@ -20,22 +21,6 @@ from floodway.operator.spec import GROUP, PLURAL, VERSION, SpecError, parse_spec
 
 log = logging.getLogger("floodway.operator")
 TIMER_S = 1.0  # the timer wakes often; each service acts every spec.autoscaling.intervalSeconds
-
-
-def _fit(spec) -> tuple[str, str]:
-    from floodway.operator.planner.fit import check_fit
-
-    e, r = spec.engine, spec.resources
-    gpu_memory = f"{r.gpu_memory_gib}Gi" if r.gpu_memory_gib else None
-    try:
-        result = check_fit(spec.model, dtype=e.dtype, max_model_len=e.max_model_len, max_num_seqs=e.max_num_seqs,
-                           gpu_memory_utilization=e.gpu_memory_utilization, gpus=r.gpus, gpu_type=r.gpu_type,
-                           gpu_memory=gpu_memory, block_size=e.block_size)
-    except Exception as exc:  # the fit check is advice: its failure must not block serving
-        return "unchecked", f"fit not checked: {exc}"
-    if result.level == "ok" and result.details.get("checked") is False:
-        return "unchecked", result.message
-    return result.level, result.message
 
 
 def _publish(body, patch, spec, obs: Observation, generation, owner: Owner) -> None:
@@ -74,7 +59,7 @@ def reconcile(body, spec, name, namespace, uid, meta, patch, memo, **_):
     except KubeError as err:
         kopf.event(body, type="Warning", reason="ApplyFailed", message=str(err))
         raise kopf.TemporaryError(f"apply failed: {err}", delay=15) from None
-    memo.fit = _fit(parsed)
+    memo.fit = spec_fit(parsed)
     memo.applied_at = time.monotonic()
     _publish(body, patch, parsed, Observation(desired_replicas=memo.state.replicas, fit_level=memo.fit[0],
                                               fit_message=memo.fit[1]), meta.get("generation"), owner)

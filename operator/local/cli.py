@@ -28,6 +28,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from floodway.operator import procs
         from floodway.operator.local.manifest import DEFAULT_MANIFEST, build, overflow_key
         from floodway.operator.local.runner import LocalRunner, status_line
+        from floodway.operator.planner.fit import spec_fit
         from floodway.operator.spec import SpecError, load
         from floodway.operator.spec.resource import parse
 
@@ -47,6 +48,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         except SpecError as e:
             typer.echo(f"cannot run {file or '(built-in)'} locally:\n{e}", err=True)
             raise typer.Exit(2) from None
+        level, message = spec_fit(obj.spec)  # the same check as the operator's FitsGPU condition
+        if level == "refuse":
+            typer.echo(f"{file or '(built-in)'} cannot fit its GPUs: {message}", err=True)
+            raise typer.Exit(2)
+        if level == "warning":
+            typer.echo(f"warning: {message}", err=True)
 
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -109,3 +109,20 @@ def check_fit(model: str, *, dtype: str = "auto", max_model_len: int | None = No
         return FitResult("refuse", str(e), {"checked": False})
     return assess_fit(shape, mem, gpu, gpus, max_model_len, max_num_seqs, gpu_memory_utilization, block_size)
 
+
+
+def spec_fit(spec) -> tuple[str, str]:
+    """check_fit for an InferenceService spec: ("ok" | "warning" | "refuse" | "unchecked", message).
+
+    The operator's FitsGPU condition and `floodway up` both call this, so they agree."""
+    e, r = spec.engine, spec.resources
+    gpu_memory = f"{r.gpu_memory_gib}Gi" if r.gpu_memory_gib else None
+    try:
+        result = check_fit(spec.model, dtype=e.dtype, max_model_len=e.max_model_len, max_num_seqs=e.max_num_seqs,
+                           gpu_memory_utilization=e.gpu_memory_utilization, gpus=r.gpus, gpu_type=r.gpu_type,
+                           gpu_memory=gpu_memory, block_size=e.block_size)
+    except Exception as exc:  # the fit check is advice: its failure must not block serving
+        return "unchecked", f"fit not checked: {exc}"
+    if result.details.get("checked") is False:
+        return "unchecked", result.message
+    return result.level, result.message

@@ -21,6 +21,8 @@ BASE = {"apiVersion": "serving.floodway.io/v1alpha1", "kind": "InferenceService"
     ({"engine": {"runtime": "vllm"}}, "runs the floodway runtime only"),
     ({"overflow": {"enabled": True, "baseURL": "https://api.example.com/v1",
                    "apiKeySecretRef": {"name": "team-key", "key": "api-key"}}}, "FLOODWAY_SECRET_TEAM_KEY_API_KEY"),
+    # the planner's fit check, as the operator's FitsGPU condition: weights alone exceed a 10 MiB GPU
+    ({"resources": {"gpus": 1, "gpuMemoryGiB": 0.01}}, "cannot fit its GPUs"),
 ])
 def test_rejected_with_the_field_named(tmp_path, floodway_cmd, change, message):
     doc = {**BASE, "spec": {**BASE["spec"], **change}}

@@ -164,7 +164,7 @@ def test_object_paths():
 
 
 def test_fit_check_levels_become_conditions():
-    from floodway.operator.controller.handlers import _fit
+    from floodway.operator.planner.fit import spec_fit as _fit
 
     level, message = _fit(spec(model="floodway/tiny-llama", resources={"gpus": 0}))
     assert level == "unchecked" and "no GPU" in message
