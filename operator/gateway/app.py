@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import random
 import secrets
@@ -92,6 +93,10 @@ def create_app(config: GatewayConfig):
             app.state.probes = probes
             await table.refresh(probes, config.scrape_interval_s * 2 + 0.5)  # ready reflects real backends
             gateway.update_gauges()
+            # Startup objects (FastAPI, pydantic, clients: ~60k) never die; left in the collector's reach, each
+            # full collection walks them all (20-50 ms here), a pause every request in flight would wait out.
+            gc.collect()
+            gc.freeze()
             tasks = [asyncio.create_task(scrape_forever(gateway, probes))]
             if config.backends.kubernetes:
                 tasks.append(asyncio.create_task(follow_endpoint_slices(config.backends.kubernetes, table)))
