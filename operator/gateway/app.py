@@ -155,10 +155,13 @@ def create_app(config: GatewayConfig):
                              "overflow": config.overflow.model_dump(exclude={"api_key_env", "api_key_file"})})
 
     async def asgi(scope, receive, send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in _PROXIED:
+        if scope["type"] != "http" or scope["path"] not in _PROXIED:
             return await app(scope, receive, send)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         response = _token_error(tokens, headers.get("authorization", ""))
+        if response is None and scope["method"] != "POST":
+            response = JSONResponse(error_body(f"{scope['method']} not allowed; use POST", "invalid_request_error",
+                                               "method_not_allowed"), 405, headers={"allow": "POST"})
         if response is None:
             try:
                 body = await _read_body(receive)
@@ -166,4 +169,5 @@ def create_app(config: GatewayConfig):
                 return
             response = await app.state.gateway.handle(scope["path"], body, headers)
         await response(scope, receive, send)
+
     return asgi

@@ -53,6 +53,8 @@ def test_errors_keep_the_openai_shape(engines, gateway):
                          timeout=30)  # the engine's own 400, passed through, not retried
     assert relayed.status_code == 400 and relayed.headers["x-floodway-backend"] == engines[0].url
     assert "max_tokens" in relayed.json()["error"]["message"]
+    wrong_method = httpx.get(gw.url + "/v1/completions", timeout=30)
+    assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
 
 
 def test_client_auth_with_bearer_tokens(engines, gateway, tmp_path):
@@ -65,6 +67,9 @@ def test_client_auth_with_bearer_tokens(engines, gateway, tmp_path):
     assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
     ok = httpx.post(gw.url + "/v1/completions", json=body, headers={"authorization": "Bearer tok-beta"}, timeout=60)
     assert ok.status_code == 200
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+    assert httpx.post(gw.url + "/v1/chat/completions", json=chat, timeout=60).status_code == 401
+    assert httpx.get(gw.url + "/v1/completions", timeout=60).status_code == 401  # the token is checked first
     assert httpx.get(gw.url + "/metrics").status_code == 200  # scrapes and probes need no token
 
 
