@@ -19,6 +19,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MODEL = "floodway/tiny-llama"
 STREAM = {"model": MODEL, "prompt": "tell me about the river in flood", "max_tokens": 12, "stream": True}
 PLAIN = {**STREAM, "max_tokens": 8, "stream": False}
+# 32 tokens each: at 20 req/s a queue forms on two 2-seat engines even on a fast, idle machine
+LONG = {**PLAIN, "max_tokens": 32}
 THRESHOLD = 2  # max_waiting_per_replica in the overflow_config fixture
 
 
@@ -80,7 +82,7 @@ def test_burst_engages_overflow_within_a_second_and_loses_nothing(engines, gatew
 
 def test_opt_out_header_keeps_requests_local(engines, gateway, overflow_config, metric):
     gw = gateway(overflow_config())
-    results, crossed_at = burst_watching_queue(gw.url, PLAIN, engines[:2], n=24, rate=20,
+    results, crossed_at = burst_watching_queue(gw.url, LONG, engines[:2], n=24, rate=20,
                                                headers={"x-floodway-no-overflow": "1"})
     assert not failures(results)
     assert crossed_at is not None  # overflow would have engaged without the header
@@ -92,7 +94,7 @@ def test_budget_exhaustion_yields_429_with_retry_after(engines, gateway, overflo
                                                        no_secret_anywhere):
     gw = gateway(overflow_config(max_requests_per_minute=3, hold_queue_size=4, hold_timeout_s=1.0))
     started = time.monotonic()
-    results = asyncio.run(send_at_rate(gw.url + "/v1/completions", PLAIN, 40, 20))
+    results = asyncio.run(send_at_rate(gw.url + "/v1/completions", LONG, 40, 20))
     elapsed = time.monotonic() - started
 
     rejected = [r for r in results if r.status == 429]
@@ -113,7 +115,7 @@ def test_overflow_api_down_opens_breaker_and_falls_back_to_local(engines, gatewa
                                                                    no_secret_anywhere):
     down = f"http://127.0.0.1:{procs.free_port()}/v1"  # nothing listens there
     gw = gateway(overflow_config(base_url=down, breaker={"failure_threshold": 2, "cooldown_s": 60}))
-    results = asyncio.run(send_at_rate(gw.url + "/v1/completions", PLAIN, 20, 20))
+    results = asyncio.run(send_at_rate(gw.url + "/v1/completions", LONG, 20, 20))
     assert not failures(results)  # every request fell back to local queueing
     assert {r.backend for r in results} <= {engines[0].url, engines[1].url}
     assert metric(gw.url, "floodway_gateway_overflow_breaker_open") == 1
