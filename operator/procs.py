@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx
 
@@ -27,7 +27,6 @@ class Proc:
     popen: subprocess.Popen
     port: int
     log_path: str | None = None
-    argv: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -70,7 +69,7 @@ def start(argv: list[str], port: int, ready_path: str = "/ready", timeout_s: flo
                              start_new_session=True)
     if log_path:
         log.close()
-    proc = Proc(popen, port, log_path, argv)
+    proc = Proc(popen, port, log_path)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not proc.alive():

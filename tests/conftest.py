@@ -1,21 +1,18 @@
 """Shared fixtures. Nothing here downloads: the Hub is switched off for the whole run."""
 
 import os
-import sys
 
 import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-# Child processes run the installed console entry point; -P keeps the working directory (the repo root,
-# whose operator/ folder would shadow the standard library) off sys.path.
-FLOODWAY = [sys.executable, "-P", "-m", "floodway.operator.cli"]
-
-
 @pytest.fixture(scope="session")
 def floodway_cmd() -> list[str]:
-    return list(FLOODWAY)
+    """argv prefix that runs the CLI in a child process with the repo root kept off sys.path."""
+    from floodway.operator.procs import FLOODWAY_ARGV
+
+    return list(FLOODWAY_ARGV)
 
 
 @pytest.fixture(scope="session")

@@ -129,7 +129,7 @@ def launch(cluster: Cluster, name: str, argv: list[str]) -> Proc:
     log_path = cluster.dir / f"{name}.log"
     with open(log_path, "ab") as log:
         popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    proc = Proc(popen, 0, str(log_path), argv)
+    proc = Proc(popen, 0, str(log_path))
     cluster.procs[name] = proc
     return proc
 
