@@ -40,10 +40,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         traces: str | None = typer.Option(None, help="Traces folder (default ../shared/data/traces)."),
         threads: int = typer.Option(0, help="torch intra-op threads for every system (0: torch's default, all "
                                             "cores). transformers continuous batching runs in its own thread."),
+        dtype: str = typer.Option("auto", help="Weights, activations and KV for every system: auto (bfloat16 on "
+                                               "CUDA, float32 on CPU), float32, bfloat16 or float16."),
     ) -> None:
         """Our engine vs transformers sequential generate, a static padded batch and transformers' continuous
         batching, side by side on one workload; prints tokens/s, ratios, KV usage and prefix-cache hits."""
         from floodway.engine.bench.runner import run
 
         run(model, workload, num_requests, max_model_len, seq_requests,
-            [b for b in baselines.split(",") if b], profile_out, traces, threads)
+            [b for b in baselines.split(",") if b], profile_out, traces, threads, dtype)

@@ -11,7 +11,8 @@ KNOWN_BASELINES = ("sequential", "static", "continuous")
 
 
 def run(model: str, workload: str, num_requests: int | None, max_model_len: int, seq_requests: int,
-        baselines: list[str], profile_out: str | None, traces: str | None, threads: int = 0) -> None:
+        baselines: list[str], profile_out: str | None, traces: str | None, threads: int = 0,
+        dtype: str = "auto") -> None:
     unknown = [b for b in baselines if b not in KNOWN_BASELINES]
     if unknown:
         raise typer.BadParameter(f"unknown baseline(s) {unknown}; choose from {list(KNOWN_BASELINES)}")
@@ -24,8 +25,14 @@ def run(model: str, workload: str, num_requests: int | None, max_model_len: int,
 
     if threads:
         torch.set_num_threads(threads)
+    cfg = EngineConfig(model=model, max_model_len=max_model_len, served_model_name=model, dtype=dtype)
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
     path = resolve_model(model)
-    engine = LLMEngine(EngineConfig(model=path, max_model_len=max_model_len, served_model_name=model))
+    cfg.model = path
+    engine = LLMEngine(cfg)
     wl = workloads.build(workload, num_requests, max_model_len, engine.runner.vocab_size,
                          pathlib.Path(traces) if traces else workloads.TRACES)
     typer.echo(f"{wl.description}; {wl.output_tokens} output tokens; {torch.get_num_threads()} threads, "

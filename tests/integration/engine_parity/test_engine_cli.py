@@ -34,6 +34,15 @@ def test_bench_engine_side_by_side_with_profile(floodway_cmd, tiny_model_path, t
     assert set(data["decode_step_s"]) == {"1", "8", "32", "64"} and data["max_num_seqs"] == 64
 
 
-def test_bench_engine_refuses_unknown_baseline(floodway_cmd, tiny_model_path):
+def test_bench_engine_bf16_against_continuous_batching(floodway_cmd, tiny_model_path):
+    res = run(floodway_cmd + ["bench", "engine", "--model", tiny_model_path, "--workload", "c", "--num-requests",
+                              "6", "--baselines", "continuous", "--threads", "1", "--dtype", "bfloat16"], timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "torch.bfloat16" in res.stdout and "| transformers continuous batching |" in res.stdout
+
+
+def test_bench_engine_refuses_unknown_baseline_and_dtype(floodway_cmd, tiny_model_path):
     res = run(floodway_cmd + ["bench", "engine", "--model", tiny_model_path, "--baselines", "magic"])
     assert res.returncode != 0 and "magic" in res.stderr
+    res = run(floodway_cmd + ["bench", "engine", "--model", tiny_model_path, "--dtype", "float8"])
+    assert res.returncode != 0 and "dtype must be one of" in res.stderr
