@@ -6,7 +6,10 @@ so overflow is paid back by local replicas instead of hiding the shortage. Repli
 holds at most `target_concurrency` (and KV usage at most `kv_target`):
 - scale up on the demand averaged over `scale_up_window_s`, at most `max_step_up` replicas per decision;
 - SLO feedback: attainment below target while requests queue or overflow adds a replica (when none is
-  still starting, so a cold start is not answered by piling up more);
+  still starting, so a cold start is not answered by piling up more). "Below" means by more than
+  `slo_noise_z` standard errors of the window's sample: at a 99% target one miss among 100 requests is
+  what a pool exactly at target shows, and answering it with a replica cost ~2 points of replica-hours on
+  Mooncake for no attainment a user would see;
 - panic: demand >= `panic_threshold` x the ready replicas' capacity jumps at once and blocks scale-down for
   `panic_hold_s`; the first request seen while at zero replicas scales to one at once;
 - scale down only when no panic, attainment is at target, and the peak demand of the last
@@ -51,6 +54,7 @@ class AutoscalerPolicy:
     assumed_request_s: float = 10.0  # service time assumed for overflowed demand before any is observed
     overflow_share: float = 0.0  # share of requests the policy may leave to the overflow API (0: pay all back)
     overflow_budget_window_s: float = 1800.0  # horizon of the spent-share estimate
+    slo_noise_z: float = 1.0  # SLO feedback needs attainment this many standard errors below target
 
     def __post_init__(self):
         problems = []
@@ -65,6 +69,8 @@ class AutoscalerPolicy:
             problems.append("max_step_up and max_step_down must be >= 1")
         if not 0 <= self.overflow_share < 1:
             problems.append("overflow_share must be in [0, 1)")
+        if self.slo_noise_z < 0:
+            problems.append("slo_noise_z must be >= 0")
         if self.overflow_budget_window_s <= 0:
             problems.append("overflow_budget_window_s must be > 0")
         if not 0 < self.slo_attainment <= 1:
@@ -159,6 +165,16 @@ def service_attainment(signals: Signals, p: AutoscalerPolicy) -> float | None:
     return (a * signals.finished_rate + signals.overflow_rate) / (signals.finished_rate + signals.overflow_rate)
 
 
+def short_of_slo(signals: Signals, p: AutoscalerPolicy) -> bool:
+    """Attainment below target by more than sampling noise: with n requests finished in the window, the
+    measured share of a pool exactly at target spreads by sqrt(target (1 - target) / n)."""
+    if signals.attainment is None:
+        return False
+    n = signals.finished_rate * signals.window_s
+    noise = math.sqrt(p.slo_attainment * (1 - p.slo_attainment) / n) if n > 0 else 0.0
+    return signals.attainment < p.slo_attainment - p.slo_noise_z * noise
+
+
 def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: float) -> Decision:
     p, cur = policy, state.replicas
     signals = replace(signals, attainment=service_attainment(signals, p))
@@ -191,8 +207,7 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     queued = signals.held + excess + signals.total_waiting
     if p.overflow_share > 0:  # a replica's worth of concurrency beyond the allowed share
         queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.target_concurrency
-    if signals.attainment is not None and signals.attainment < p.slo_attainment and queued > 0 \
-            and signals.starting == 0 and want <= cur:
+    if short_of_slo(signals, p) and queued > 0 and signals.starting == 0 and want <= cur:
         want, reason = cur + 1, f"SLO attainment {signals.attainment:.3f} < {p.slo_attainment:g} while queued"
 
     capacity = signals.ready * p.target_concurrency

@@ -2,10 +2,15 @@
 
 A schedule fixes the desired replica count per time span in advance (it knows the whole trace); the
 simulator still applies the cold start, the gateway's overflow rule and the replica model, as for every
-policy. Sweeping a few schedules shows the least replica-hours any policy could reach at a given overflow
-share and attainment. Run: `python -P -m floodway.operator.simulator.bound [scenario] [--waiting-includes-prefill]`.
+policy. Two families are swept: a pool one or two replicas below static peak with the drops placed by hand
+(small pools, where one replica is a large share), and pools that follow the trace's future arrival rate at
+a fixed rate per replica, asked for a cold start ahead (larger pools). The least replica-hours among the
+schedules meeting the targets bounds what any policy could reach on that trace.
+Run: `python -P -m floodway.operator.simulator.bound [scenario] [--compress F] [--seed N]
+[--waiting-includes-prefill]`.
 """
 
+import math
 import sys
 from dataclasses import dataclass
 
@@ -13,7 +18,9 @@ from floodway.operator.autoscaler.policy import Decision, ScalerState, scaled
 from floodway.operator.simulator.compare import overflow_enabled, size
 from floodway.operator.simulator.des import Scaler, SimConfig, simulate
 from floodway.operator.simulator.report import Summary, summarize
-from floodway.operator.simulator.traces import Request
+from floodway.operator.simulator.traces import Request, rate_stats
+
+ATTAINMENT, MAX_OVERFLOW, TARGET_SHARE = 0.99, 0.05, 0.70  # issue 6's Done-when
 
 
 @dataclass(frozen=True)
@@ -43,26 +50,84 @@ def run_schedule(trace: list[Request], schedule: Schedule, cfg: SimConfig) -> Su
                               overflow_enabled(cfg, True)))
 
 
-def main(argv: list[str]) -> None:
-    from floodway.operator.simulator.run import Options, prepare
+def following(trace: list[Request], per_replica_rps: float, window_s: float, lead_s: float) -> Schedule:
+    """A pool sized for the arrival rate of each `window_s` span at `per_replica_rps` (at least one replica),
+    asked for `lead_s` ahead: the count at t is the largest need of the spans starting in [t, t + lead_s]."""
+    if per_replica_rps <= 0 or window_s <= 0 or lead_s < 0:
+        raise ValueError("following needs a rate per replica > 0, a window > 0 and a lead >= 0")
+    spans = int(trace[-1].arrival_s // window_s) + 1
+    counts = [0] * spans
+    for r in trace:
+        counts[int(r.arrival_s // window_s)] += 1
+    need = [max(1, math.ceil(c / window_s / per_replica_rps)) for c in counts]
+    ahead = math.ceil(lead_s / window_s)
+    want = [max(need[i:i + ahead + 1]) for i in range(spans)]
+    starts = [i * window_s for i in range(spans) if i == 0 or want[i] != want[i - 1]]
+    return Schedule(tuple(starts), tuple(want[int(s // window_s)] for s in starts))
 
-    scenario = next((a for a in argv if not a.startswith("--")), "azure-4x")
-    opts = Options(scenario=scenario, waiting_includes_prefill="--waiting-includes-prefill" in argv)
-    trace, cfg, ours, _, title = prepare(opts)
-    peak = size(trace, cfg, ours.slo_attainment).static_peak
-    peak_hours = peak * trace[-1].arrival_s / 3600.0
-    end_min = trace[-1].arrival_s / 60.0
-    print(f"{title}: static peak {peak} replicas; clairvoyant schedules of {peak - 1} and {peak - 2} replicas")
-    print("| schedule | SLO attainment | overflow | replica-hours | vs static peak |\n|---|---|---|---|---|")
+
+def near_peak(peak: int, end_s: float) -> list[tuple[str, Schedule]]:
+    """One or two replicas below static peak: peak - 2 for the first minutes and/or from a late drop."""
+    out, end_min = [], end_s / 60.0
     for low_until in (0.0, 1.0, 2.0):
         for drop_at in (end_min * f for f in (0.7, 0.75, 0.8, 0.85, 0.9, 2.0)):
             starts = [0.0] + ([low_until * 60] if low_until else []) + ([drop_at * 60] if drop_at < end_min else [])
             counts = ([peak - 2] if low_until else []) + [peak - 1] + ([peak - 2] if drop_at < end_min else [])
-            s = run_schedule(trace, Schedule(tuple(starts), tuple(counts)), cfg)
+            if min(counts) < 1 or (low_until and drop_at <= low_until):
+                continue
             name = (f"{peak - 2} until {low_until:g} min, " if low_until else "") + f"{peak - 1}" + \
                 (f", {peak - 2} from {drop_at:.1f} min" if drop_at < end_min else "")
-            print(f"| {name} | {s.attainment:.2%} | {s.overflow_share:.2%} | {s.replica_hours:.3f} | "
-                  f"{s.replica_hours / peak_hours:.1%} |")
+            out.append((name, Schedule(tuple(starts), tuple(counts))))
+    return out
+
+
+def rate_following(trace: list[Request], peak: int, lead_s: float) -> list[tuple[str, Schedule]]:
+    """Rate-following pools at 0.8x..1.6x the static peak's rate per replica, 30-120 s spans."""
+    base = rate_stats(trace, 60.0)[1] / peak
+    out = []
+    for window_s in (30.0, 60.0, 120.0):
+        for k in range(9):
+            rps = base * (0.8 + 0.1 * k)
+            out.append((f"follow {rps:.2f} req/s per replica, {window_s:g} s spans", following(trace, rps, window_s,
+                                                                                               lead_s)))
+    return out
+
+
+def meets(s: Summary, share: float) -> bool:
+    return s.attainment >= ATTAINMENT and s.overflow_share <= MAX_OVERFLOW and share <= TARGET_SHARE
+
+
+def main(argv: list[str]) -> None:
+    import argparse
+
+    from floodway.operator.simulator.run import Options, prepare
+
+    ap = argparse.ArgumentParser(prog="python -P -m floodway.operator.simulator.bound")
+    ap.add_argument("scenario", nargs="?", default="azure-4x")
+    ap.add_argument("--compress", type=float, help="replay the trace this many times faster (default: the scenario's)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--waiting-includes-prefill", action="store_true")
+    a = ap.parse_args(argv)
+    opts = Options(scenario=a.scenario, compress=a.compress, seed=a.seed,
+                   waiting_includes_prefill=a.waiting_includes_prefill)
+    trace, cfg, ours, _, title = prepare(opts)
+    peak = size(trace, cfg, ours.slo_attainment).static_peak
+    peak_hours = peak * trace[-1].arrival_s / 3600.0
+    title = f"{a.scenario} with --compress {a.compress:g}" if a.compress else title
+    print(f"{title}: {trace[-1].arrival_s / 60:.1f} min, "
+          f"static peak {peak} replicas ({peak_hours:.3f} replica-hours)")
+    print("| schedule | SLO attainment | overflow | replica-hours | vs static peak |\n|---|---|---|---|---|")
+    best = None
+    for name, schedule in near_peak(peak, trace[-1].arrival_s) + rate_following(trace, peak, cfg.cold_start_s):
+        s = run_schedule(trace, schedule, cfg)
+        share = s.replica_hours / peak_hours
+        ok = s.attainment >= ATTAINMENT and s.overflow_share <= MAX_OVERFLOW
+        if ok and (best is None or share < best[1]):
+            best = (name, share)
+        print(f"| {name} | {s.attainment:.2%} | {s.overflow_share:.2%} | {s.replica_hours:.3f} | {share:.1%}"
+              f"{' (meets)' if meets(s, share) else ''} |")
+    print("least replica-hours at >= 99% attainment and <= 5% overflow: " +
+          (f"{best[1]:.1%} of static peak ({best[0]})" if best else "none of these schedules"))
 
 
 if __name__ == "__main__":

@@ -130,7 +130,8 @@ def test_overflow_counts_as_demand():
                                       ({"slo_attainment": 1.5}, "slo_attainment"),
                                       ({"max_step_down": 0}, "max_step_down"),
                                       ({"overflow_share": 1.0}, "overflow_share"),
-                                      ({"overflow_budget_window_s": 0}, "overflow_budget_window_s")])
+                                      ({"overflow_budget_window_s": 0}, "overflow_budget_window_s"),
+                                      ({"slo_noise_z": -1}, "slo_noise_z")])
 def test_bad_policy_is_rejected(kw, word):
     with pytest.raises(ValueError, match=word):
         AutoscalerPolicy(**kw)
@@ -173,3 +174,18 @@ def test_overflowed_requests_count_toward_attainment_with_a_budget():
     assert service_attainment(sig(3, attainment=0.98, finished_rate=8.0, overflow_rate=2.0), B) == \
         pytest.approx(0.984)
     assert service_attainment(sig(3, attainment=0.98, finished_rate=8.0, overflow_rate=2.0), P) == 0.98
+
+
+def test_slo_feedback_ignores_a_shortfall_within_sampling_noise():
+    # 100 requests in the window: a pool exactly at 99% shows 0.99 +- 0.00995, so 0.985 is noise and 0.97 is not.
+    state, load = ScalerState(3), dict(running=20, waiting=2, finished_rate=10.0, window_s=10.0)
+    assert decide(state, sig(3, attainment=0.985, **load), P, 0).replicas == 3
+    assert decide(state, sig(3, attainment=0.97, **load), P, 0).replicas == 4
+    # With the noise filter off, any shortfall counts; with few requests finished, noise is wide.
+    assert decide(state, sig(3, attainment=0.985, **load), replace(P, slo_noise_z=0.0), 0).replicas == 4
+    few = dict(load, finished_rate=1.0)  # 10 requests: one miss (0.9) is within 3 standard errors of 0.99
+    assert decide(state, sig(3, attainment=0.9, **few), replace(P, slo_noise_z=3.0), 0).replicas == 3
+    # The noise filter only gates scale-up: scale-down still waits for attainment at target.
+    ds = run(P, ScalerState(6), lambda t, n: sig(n, running=5, attainment=0.985, finished_rate=10.0, window_s=10.0),
+             0, 900)
+    assert [d.replicas for d in ds] == [6] * len(ds)

@@ -1,7 +1,8 @@
 """Clairvoyant schedules: the desired count follows the schedule, and the simulator still charges cold starts."""
 
 import pytest
-from floodway.operator.simulator.bound import Schedule, run_schedule
+from floodway.operator.simulator import bound
+from floodway.operator.simulator.bound import Schedule, following, main, near_peak, run_schedule
 from floodway.operator.simulator.des import SimConfig
 from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.simulator.traces import steps
@@ -33,3 +34,32 @@ def test_a_smaller_pool_spends_more_overflow_and_fewer_replica_hours():
     early = run_schedule(tr, Schedule((0.0, 100.0), (1, 3)), CFG)
     late = run_schedule(tr, Schedule((0.0, 180.0), (1, 3)), CFG)
     assert late.overflow_share > early.overflow_share
+
+
+def test_following_sizes_each_span_for_its_rate_and_asks_a_lead_ahead():
+    tr = steps([2, 8, 2], step_s=180, seed=3)
+    s = following(tr, per_replica_rps=3.0, window_s=60.0, lead_s=0.0)
+    assert s.at(0) == 1 and s.at(200) == 3 and s.at(400) == 1
+    # Asked a cold start ahead: up 120 s before the busy span, down only when it ends.
+    led = following(tr, per_replica_rps=3.0, window_s=60.0, lead_s=120.0)
+    assert led.at(60) == 3 and led.at(359) == 3 and led.at(400) == 1
+    assert following(tr, per_replica_rps=30.0, window_s=60.0, lead_s=0.0).counts == (1,)  # at least one replica
+    with pytest.raises(ValueError, match="rate per replica"):
+        following(tr, per_replica_rps=0.0, window_s=60.0, lead_s=0.0)
+
+
+def test_near_peak_schedules_stay_valid_on_a_trace_shorter_than_their_drops():
+    for end_s in (60.0, 900.0):
+        for name, s in near_peak(4, end_s):
+            assert set(s.counts) <= {2, 3} and s.starts_s == tuple(sorted(s.starts_s)), name
+    assert near_peak(1, 900.0) == []  # no pool below one replica
+
+
+def test_bound_cli_prints_the_least_replica_hours_meeting_the_targets(capsys, monkeypatch):
+    # Two schedules instead of the full sweep, on the short-bursts trace 4x faster: quick.
+    monkeypatch.setattr(bound, "near_peak", lambda peak, end_s: [("flat 1", Schedule((0.0,), (1,)))])
+    monkeypatch.setattr(bound, "rate_following", lambda trace, peak, lead_s: [("flat 8", Schedule((0.0,), (8,)))])
+    main(["short-bursts", "--compress", "4"])
+    out = capsys.readouterr().out
+    assert "short-bursts with --compress 4" in out and "| flat 1 |" in out and "| flat 8 |" in out
+    assert "least replica-hours at >= 99% attainment and <= 5% overflow: " in out
