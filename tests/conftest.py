@@ -1,5 +1,6 @@
 """Shared fixtures. Nothing here downloads: the Hub is switched off for the whole run."""
 
+import contextlib
 import os
 
 import pytest
@@ -21,3 +22,23 @@ def tiny_model_path() -> str:
     from floodway.engine.models.builtin import resolve_model
 
     return resolve_model("floodway/tiny-llama")
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def torch_threads():
+    """Context manager setting torch's intra-op threads. In-process engine tests use one: tiny models gain nothing
+    from a second thread, and on a shared 2-core machine OpenMP threads waiting for each other make every op many
+    times slower."""
+    return _torch_threads
