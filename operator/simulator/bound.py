@@ -7,7 +7,7 @@ policy. Two families are swept: a pool one or two replicas below static peak wit
 a fixed rate per replica, asked for a cold start ahead (larger pools). The least replica-hours among the
 schedules meeting the targets bounds what any policy could reach on that trace.
 Run: `python -P -m floodway.operator.simulator.bound [scenario] [--compress F] [--seed N]
-[--waiting-includes-prefill]`.
+[--waiting-includes-prefill] [--prefill-backlog-ttft] [--overflow-ttft-factor X]`.
 """
 
 import math
@@ -107,9 +107,12 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--compress", type=float, help="replay the trace this many times faster (default: the scenario's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--waiting-includes-prefill", action="store_true")
+    ap.add_argument("--prefill-backlog-ttft", action="store_true")
+    ap.add_argument("--overflow-ttft-factor", type=float)
     a = ap.parse_args(argv)
     opts = Options(scenario=a.scenario, compress=a.compress, seed=a.seed,
-                   waiting_includes_prefill=a.waiting_includes_prefill)
+                   waiting_includes_prefill=a.waiting_includes_prefill, overflow_ttft_factor=a.overflow_ttft_factor,
+                   ttft_from_prefill_backlog=a.prefill_backlog_ttft)
     trace, cfg, ours, _, title = prepare(opts)
     peak = size(trace, cfg, ours.slo_attainment).static_peak
     peak_hours = peak * trace[-1].arrival_s / 3600.0

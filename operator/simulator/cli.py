@@ -25,12 +25,16 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         attainment: float = typer.Option(0.99, help="SLO attainment target."),
         target_concurrency: float = typer.Option(None, help="Our policy's (and KPA's) in-flight target per replica."),
         overflow_max_waiting: float = typer.Option(2.0, help="Gateway overflows at this many waiting per replica."),
-        overflow_ttft_factor: float = typer.Option(0.5, help="Gateway overflows when the predicted TTFT exceeds this "
-                                                             "share of the TTFT SLO (its predicted_ttft_factor)."),
+        overflow_ttft_factor: float = typer.Option(None, help="Gateway overflows when the predicted TTFT exceeds this "
+                                                              "share of the TTFT SLO (its predicted_ttft_factor; "
+                                                              "default 0.5, or 0.6 with --prefill-backlog-ttft)."),
         overflow_rpm: float = typer.Option(None, help="Overflow budget in requests per minute (default unlimited)."),
         waiting_includes_prefill: bool = typer.Option(False, "--waiting-includes-prefill",
                                                       help="The gateway counts requests still in prefill as "
                                                            "waiting (for its overflow rule)."),
+        prefill_backlog_ttft: bool = typer.Option(False, "--prefill-backlog-ttft",
+                                                  help="The gateway predicts TTFT from the prefill tokens ahead "
+                                                       "of the request on the replica it picks."),
         overflow_share: float = typer.Option(0.0, help="Share of requests our policy may leave to the overflow "
                                                         "API when it runs with overflow (0: pay all back)."),
         scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
@@ -49,6 +53,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 target_concurrency=target_concurrency, overflow_max_waiting=overflow_max_waiting,
                 overflow_ttft_factor=overflow_ttft_factor, overflow_rpm=overflow_rpm,
                 waiting_includes_prefill=waiting_includes_prefill, scale_to_zero_s=scale_to_zero,
+                ttft_from_prefill_backlog=prefill_backlog_ttft,
                 overflow_share=overflow_share,
                 static_peak=static_peak, traces_dir=traces_dir, seed=seed))
         except (ValueError, FileNotFoundError) as e:

@@ -34,6 +34,10 @@ class SimConfig:
     # The gateway's PoolState.waiting: engines' waiting queues only (as scraped), or also the requests still in
     # prefill (the gateway knows its own requests without a first byte): those delay TTFT just as much.
     waiting_includes_prefill: bool = False
+    # The gateway's predicted TTFT: from waiting counts and its end-to-end latency average (as the gateway
+    # does today), or from the prefill tokens ahead of the request on the replica it would pick (the gateway
+    # knows the prompt tokens of its own requests still without a first byte on each backend).
+    ttft_from_prefill_backlog: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,10 @@ class Simulation:
                 s.ended_s = max(t, s.replica.now)
 
     # -- gateway -------------------------------------------------------------------------------------
+    @staticmethod
+    def _pick(ready: list[Slot]) -> Slot:
+        return min(ready, key=lambda s: s.replica.running + s.replica.waiting)
+
     def _pool(self, r: SimRequest) -> ov.PoolState:
         ready = self._routable()
         n = len(ready)
@@ -135,7 +143,9 @@ class Simulation:
             waiting += sum(len(s.replica.prefilling) for s in ready)
         running = sum(s.replica.running for s in ready)
         pred = None
-        if n:
+        if n and self.cfg.ttft_from_prefill_backlog:
+            pred = self._pick(ready).replica.ttft_ahead_s(r.prompt)
+        elif n:
             # The request's own prefill time stands in for the gateway's base TTFT estimate.
             base = r.prompt / self.cfg.profile.prefill_tokens_per_s
             pred = ov.predict_ttft_s(waiting / n, running / n, self.e2e_ewma, base)
@@ -147,8 +157,7 @@ class Simulation:
         info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
         d = ov.overflow_decision(self._pool(r), pol, info, t)
         if d.target == "local":
-            ready = self._routable()
-            best = min(ready, key=lambda s: s.replica.running + s.replica.waiting)
+            best = self._pick(self._routable())
             r.where = "local"
             if not best.replica.fits(r):
                 r.where = "rejected"

@@ -113,6 +113,16 @@ class Replica:
     def busy(self) -> bool:
         return bool(self.queue or self.prefilling or self.decoding)
 
+    def ttft_ahead_s(self, prompt: int) -> float:
+        """TTFT of a `prompt`-token request sent now if nothing else arrives: the prefill queued and in progress
+        ahead of it plus its own, in chunks that share each step with the current decode batch."""
+        b = len(self.decoding)
+        chunk = max(self.p.max_num_batched_tokens - b, 1)
+        ahead = sum(r.left for r in self.prefilling) + sum(r.prompt for r in self.queue) + prompt
+        full, rest = divmod(ahead, chunk)
+        decode = (self.p.decode_step(b) if b else 0.0) + self.kv_ctx * self.p.decode_s_per_kv_token
+        return full * decode + ahead / self.p.prefill_tokens_per_s + (decode if rest else 0.0)
+
     def fits(self, req: SimRequest) -> bool:
         return req.prompt + req.output <= self.p.kv_capacity_tokens
 

@@ -22,6 +22,10 @@ class Scenario:
 SCENARIOS = {
     "azure-4x": Scenario("azure-conv", "Azure 2023 conversation trace replayed 4x faster (58 min -> 15 min)",
                          compress=4.0),
+    # 2x: the one compression (of 1.5x-32x) at which a clairvoyant schedule reaches 70% of static peak
+    # (bound.py), and only with the gateway predicting TTFT from the prefill backlog (--prefill-backlog-ttft).
+    "azure-2x": Scenario("azure-conv", "Azure 2023 conversation trace replayed 2x faster (58 min -> 29 min)",
+                         compress=2.0),
     "mooncake": Scenario("mooncake", "Mooncake conversation trace (long prompts), 3 s ticks spread",
                          spread_tick_s=3.0, ttft_slo_s=5.0, tpot_slo_s=0.1, target_concurrency=20.0),
     "idle-burst": Scenario("idle-burst:base_rate=0.2,burst_rate=25,burst_at_s=1800,burst_len_s=2400,bursts=1,"

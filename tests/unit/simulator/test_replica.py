@@ -97,3 +97,16 @@ def test_profile_as_bench_engine_writes_it(tmp_path):
     path.write_text("{")
     with pytest.raises(ValueError, match="cannot read replica profile"):
         ReplicaProfile.from_json(path)
+
+
+def test_ttft_ahead_counts_the_prefill_queued_and_in_progress_before_the_request():
+    rep, done = replica()
+    assert rep.ttft_ahead_s(500) == pytest.approx(0.05)  # idle: one 500-token chunk at 10k tok/s
+    rep.submit(SimRequest(0.0, 2500, 11), 0.0)
+    rep.submit(SimRequest(0.0, 1500, 11), 0.0)
+    # 4000 tokens ahead plus its own 500 at 10k tok/s, in 1000-token chunks (no decode batch yet).
+    assert rep.ttft_ahead_s(500) == pytest.approx(0.45)
+    rep.advance_to(0.2)  # two chunks done: 2000 tokens left ahead
+    assert rep.ttft_ahead_s(500) == pytest.approx(0.25)
+    rep.advance_to(100.0)
+    assert len(done) == 2 and rep.ttft_ahead_s(500) == pytest.approx(0.05)
