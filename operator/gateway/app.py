@@ -23,6 +23,7 @@ from floodway.operator.gateway.overflow import breaker_allows
 from floodway.operator.gateway.payload import error_body
 from floodway.operator.gateway.proxy import Gateway
 from floodway.operator.gateway.routing import RoutingWeights
+from floodway.operator.gateway.upstream import UpstreamClient
 from starlette.responses import JSONResponse, Response
 
 log = logging.getLogger("floodway.gateway")
@@ -65,7 +66,7 @@ async def _read_body(receive) -> bytes:
             return b"".join(chunks)
 
 
-def _upstream_session() -> aiohttp.ClientSession:
+def _remote_session() -> aiohttp.ClientSession:
     # Pool sized for bursts of thousands of concurrent requests; no total deadline (streams last long).
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2048, limit_per_host=0),
                                  timeout=aiohttp.ClientTimeout(total=None))
@@ -88,7 +89,8 @@ def create_app(config: GatewayConfig):
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        async with _upstream_session() as local, _upstream_session() as remote, aiohttp.ClientSession() as probes:
+        local = UpstreamClient(config.connect_timeout_s, config.request_timeout_s)
+        async with _remote_session() as remote, aiohttp.ClientSession() as probes:
             gateway = app.state.gateway = Gateway(config, table, metrics, local, remote)
             app.state.probes = probes
             await table.refresh(probes, config.scrape_interval_s * 2 + 0.5)  # ready reflects real backends
@@ -105,6 +107,7 @@ def create_app(config: GatewayConfig):
             finally:
                 for task in tasks:
                     task.cancel()
+                local.close()
 
     app = FastAPI(title="floodway gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 

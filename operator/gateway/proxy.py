@@ -6,8 +6,8 @@ only after its first chunk arrived. After that, a failing backend ends the strea
 Chunks are forwarded as they arrive (no buffering). The response header `x-floodway-backend` names the
 backend that served (a local backend id or `overflow`).
 
-Upstream requests go through aiohttp sessions (one per destination, keep-alive pools): on this path it
-costs about a quarter of httpx's CPU per request and sends headers and body in one write.
+Requests to local engines go through the lean keep-alive client in upstream.py (the hot path); requests
+to the overflow API through an aiohttp session (any server on the internet).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ from floodway.operator.gateway.overflow import (
 )
 from floodway.operator.gateway.payload import error_body, estimate_tokens, overflow_body, sse_error_event
 from floodway.operator.gateway.secrets import ApiKey
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from floodway.operator.gateway.upstream import RemoteResponse, Response, UpstreamClient, UpstreamError
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import Response as Answer
 
 log = logging.getLogger("floodway.gateway")
 
@@ -45,7 +47,7 @@ _RETRYABLE = {408, 429, 500, 502, 503, 504}  # a local backend answering these g
 _API_FAILURE = {401, 403, 408, 429} | set(range(500, 600))  # overflow answers that count against the breaker
 _EWMA = 0.2
 _JSON = {"content-type": "application/json"}
-_UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+_UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, UpstreamError)
 
 
 class _Failed(Exception):
@@ -58,7 +60,7 @@ class _Failed(Exception):
 
 class Gateway:
     def __init__(self, config: GatewayConfig, table: BackendTable, metrics: GatewayMetrics,
-                 local: aiohttp.ClientSession, remote: aiohttp.ClientSession, clock=time.monotonic):
+                 local: UpstreamClient, remote: aiohttp.ClientSession, clock=time.monotonic):
         self.config, self.table, self.metrics, self.clock = config, table, metrics, clock
         self.local, self.remote = local, remote
         self.policy = config.overflow_policy()
@@ -69,8 +71,6 @@ class Gateway:
         self.base_ttft_s = 0.0  # first-byte time of local requests sent to a backend with no queue
         self._wake = asyncio.Event()
         self._opt_out_header = config.opt_out_header.lower()
-        self._local_timeout = aiohttp.ClientTimeout(sock_connect=config.connect_timeout_s,
-                                                    sock_read=config.request_timeout_s)
         o = config.overflow
         self._remote_timeout = aiohttp.ClientTimeout(sock_connect=o.connect_timeout_s, sock_read=o.first_byte_timeout_s)
 
@@ -96,7 +96,7 @@ class Gateway:
         self.metrics.ready_backends.set(self.table.totals().ready)
 
     # -- one request ---------------------------------------------------------------------------------
-    async def handle(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+    async def handle(self, path: str, body: bytes, headers: dict[str, str]) -> Answer:
         """One client request; `headers` maps lower-case names to values."""
         t0 = time.perf_counter()
         try:
@@ -161,7 +161,7 @@ class Gateway:
                 self.metrics.held.set(self.held)
 
     # -- attempts ------------------------------------------------------------------------------------
-    async def _local(self, backend, path: str, body: bytes, stream: bool, t0: float | None) -> Response:
+    async def _local(self, backend, path: str, body: bytes, stream: bool, t0: float | None) -> Answer:
         waiting_at_dispatch = backend.load().waiting
         backend.in_flight += 1
         sent = time.perf_counter()
@@ -180,14 +180,13 @@ class Gateway:
                 self.base_ttft_s = (1 - _EWMA) * self.base_ttft_s + _EWMA * (time.perf_counter() - sent)
 
         try:
-            return await self._send(self.local, backend.url + path, body, _JSON, self._local_timeout, stream,
-                                    backend.id, done, first_byte)
+            return await self._send(self.local.post(backend.url, path, body), stream, backend.id, done, first_byte)
         except _Failed as e:
             if e.status != 429:  # a full queue is load, not ill health: the scrape shows it
                 self.table.mark_unready(backend.id)
             raise
 
-    async def _overflow(self, path: str, payload: dict, stream: bool, tokens: int, t0: float | None) -> Response:
+    async def _overflow(self, path: str, payload: dict, stream: bool, tokens: int, t0: float | None) -> Answer:
         o = self.config.overflow
         now = self.clock()
         self.budget = budget_take(self.budget, self.policy.budget, tokens, now)
@@ -205,28 +204,31 @@ class Gateway:
         if t0 is not None:
             self.metrics.added_latency.observe(time.perf_counter() - t0)
         url = o.base_url.rstrip("/") + path.removeprefix("/v1")
-        return await self._send(self.remote, url, overflow_body(payload, o.model), headers, self._remote_timeout,
-                                stream, "overflow", lambda ok: self.notify(), lambda: self._breaker_result(True))
+        return await self._send(self._post_remote(url, overflow_body(payload, o.model), headers), stream, "overflow",
+                                lambda ok: self.notify(), lambda: self._breaker_result(True))
+
+    async def _post_remote(self, url: str, body: bytes, headers: dict) -> RemoteResponse:
+        return RemoteResponse(await self.remote.post(url, data=body, headers=headers, timeout=self._remote_timeout))
 
     def _breaker_result(self, ok: bool) -> None:
         self.breaker = breaker_on_result(self.breaker, self.policy.breaker, ok, self.clock())
         self.update_gauges()
 
-    async def _send(self, session: aiohttp.ClientSession, url: str, body: bytes, headers: dict,
-                    timeout: aiohttp.ClientTimeout, stream: bool, backend_id: str, done, first_byte) -> Response:
-        """Sends one attempt. Raises _Failed while nothing went to the client; `done(ok)` runs once when
-        the attempt is over, `first_byte()` when the backend's answer is known good."""
+    async def _send(self, request, stream: bool, backend_id: str, done, first_byte) -> Answer:
+        """Awaits one attempt (`request` sends it and returns its response once the head arrived). Raises
+        _Failed while nothing went to the client; `done(ok)` runs once when the attempt is over, `first_byte()`
+        when the backend's answer is known good."""
         overflow = backend_id == "overflow"
         retryable = _API_FAILURE if overflow else _RETRYABLE
-        response = None
+        response: Response | RemoteResponse | None = None
         try:
-            response = await session.post(url, data=body, headers=headers, timeout=timeout)
+            response = await request
             if response.status in retryable:
                 raise _Failed(response.status)
             if not stream or response.status >= 400:
                 content = await response.read()
             else:
-                content = await response.content.readany()
+                content = await response.readany()
                 if not content:  # the stream ended before its first chunk
                     raise _Failed(response.status)
         except (*_UPSTREAM_ERRORS, _Failed) as e:
@@ -247,22 +249,22 @@ class Gateway:
             done(False)
             raise
         first_byte()
-        headers = {BACKEND_HEADER: backend_id, "content-type": response.headers.get("content-type", "application/json")}
+        headers = {BACKEND_HEADER: backend_id, "content-type": response.content_type}
         if not stream or response.status >= 400:
-            response.release()
+            response.close()
             ok = response.status < 400
             self.metrics.requests.labels(backend_id, "ok" if ok else "client_error").inc()
             done(ok)
             if overflow:
                 content = self.api_key.scrub(content.decode(errors="replace")).encode()
-            return Response(content, response.status, headers=headers)
+            return Answer(content, response.status, headers=headers)
         return StreamingResponse(self._relay(content, response, backend_id, done), response.status, headers=headers)
 
-    async def _relay(self, first: bytes, response: aiohttp.ClientResponse, backend_id: str, done):
+    async def _relay(self, first: bytes, response: Response | RemoteResponse, backend_id: str, done):
         outcome = "stream_error"
         try:
             yield first
-            async for chunk in response.content.iter_any():
+            while chunk := await response.readany():
                 yield chunk
             outcome = "ok"
         except _UPSTREAM_ERRORS as e:
