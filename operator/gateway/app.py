@@ -157,10 +157,12 @@ def create_app(config: GatewayConfig):
                              "budget": vars(g.budget), "mean_e2e_s": g.mean_e2e_s, "base_ttft_s": g.base_ttft_s,
                              "overflow": config.overflow.model_dump(exclude={"api_key_env", "api_key_file"})})
 
+    read_headers = {b"authorization", config.opt_out_header.lower().encode("latin-1")}  # all the hot path reads
+
     async def asgi(scope, receive, send) -> None:
         if scope["type"] != "http" or scope["path"] not in _PROXIED:
             return await app(scope, receive, send)
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in read_headers}
         response = _token_error(tokens, headers.get("authorization", ""))
         if response is None and scope["method"] != "POST":
             response = JSONResponse(error_body(f"{scope['method']} not allowed; use POST", "invalid_request_error",

@@ -36,9 +36,9 @@ from floodway.operator.gateway.overflow import (
 )
 from floodway.operator.gateway.payload import error_body, estimate_tokens, overflow_body, sse_error_event
 from floodway.operator.gateway.secrets import ApiKey
-from floodway.operator.gateway.upstream import RemoteResponse, Response, UpstreamClient, UpstreamError
-from starlette.responses import JSONResponse, StreamingResponse
-from starlette.responses import Response as Answer
+from floodway.operator.gateway.upstream import RemoteResponse, UpstreamClient, UpstreamError
+from floodway.operator.gateway.upstream import Response as EngineResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 log = logging.getLogger("floodway.gateway")
 
@@ -48,6 +48,25 @@ _API_FAILURE = {401, 403, 408, 429} | set(range(500, 600))  # overflow answers t
 _EWMA = 0.2
 _JSON = {"content-type": "application/json"}
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, UpstreamError)
+
+
+class Reply:
+    """A whole answer as two ASGI messages: on the hot path starlette's Response costs more than it gives."""
+
+    __slots__ = ("body", "status_code", "raw_headers")
+
+    def __init__(self, body: bytes, status: int, backend_id: str, content_type: str):
+        self.body, self.status_code = body, status
+        self.raw_headers = [(b"content-type", content_type.encode("latin-1")),
+                            (b"content-length", str(len(body)).encode()),
+                            (BACKEND_HEADER.encode(), backend_id.encode("latin-1"))]
+
+    async def __call__(self, scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+Answer = Response | Reply  # what the proxy hands the server: an ASGI application for one request
 
 
 class _Failed(Exception):
@@ -70,6 +89,7 @@ class Gateway:
         self.mean_e2e_s: float | None = None  # local requests, for the TTFT prediction
         self.base_ttft_s = 0.0  # first-byte time of local requests sent to a backend with no queue
         self._wake = asyncio.Event()
+        self._counters: dict[tuple[str, str], object] = {}  # prometheus children by labels (labels() is slow)
         self._opt_out_header = config.opt_out_header.lower()
         o = config.overflow
         self._remote_timeout = aiohttp.ClientTimeout(sock_connect=o.connect_timeout_s, sock_read=o.first_byte_timeout_s)
@@ -94,6 +114,12 @@ class Gateway:
         self.metrics.breaker_open.set(0 if self.breaker.opened_at is None else 1)
         self.metrics.held.set(self.held)
         self.metrics.ready_backends.set(self.table.totals().ready)
+
+    def _count(self, backend_id: str, outcome: str) -> None:
+        child = self._counters.get((backend_id, outcome))
+        if child is None:
+            child = self._counters[backend_id, outcome] = self.metrics.requests.labels(backend_id, outcome)
+        child.inc()
 
     # -- one request ---------------------------------------------------------------------------------
     async def handle(self, path: str, body: bytes, headers: dict[str, str]) -> Answer:
@@ -148,7 +174,7 @@ class Gateway:
                     except asyncio.TimeoutError:
                         pass
                 else:
-                    self.metrics.requests.labels("none", "rejected").inc()
+                    self._count("none", "rejected")
                     retry = str(int(decision.retry_after_s or 1))
                     return JSONResponse(error_body(f"local capacity short and overflow unavailable ({decision.reason})"
                                                    "; retry later", "rate_limit_exceeded", "capacity_exceeded"),
@@ -220,7 +246,7 @@ class Gateway:
         when the backend's answer is known good."""
         overflow = backend_id == "overflow"
         retryable = _API_FAILURE if overflow else _RETRYABLE
-        response: Response | RemoteResponse | None = None
+        response: EngineResponse | RemoteResponse | None = None
         try:
             response = await request
             if response.status in retryable:
@@ -236,7 +262,7 @@ class Gateway:
             log.warning("%s failed before the first byte: %s", backend_id, self.api_key.scrub(reason))
             if response is not None:
                 response.close()
-            self.metrics.requests.labels(backend_id, "retried").inc()
+            self._count(backend_id, "retried")
             if overflow:
                 self._breaker_result(False)
             done(False)
@@ -249,18 +275,18 @@ class Gateway:
             done(False)
             raise
         first_byte()
-        headers = {BACKEND_HEADER: backend_id, "content-type": response.content_type}
         if not stream or response.status >= 400:
             response.close()
             ok = response.status < 400
-            self.metrics.requests.labels(backend_id, "ok" if ok else "client_error").inc()
+            self._count(backend_id, "ok" if ok else "client_error")
             done(ok)
             if overflow:
                 content = self.api_key.scrub(content.decode(errors="replace")).encode()
-            return Answer(content, response.status, headers=headers)
-        return StreamingResponse(self._relay(content, response, backend_id, done), response.status, headers=headers)
+            return Reply(content, response.status, backend_id, response.content_type)
+        return StreamingResponse(self._relay(content, response, backend_id, done), response.status,
+                                 headers={BACKEND_HEADER: backend_id, "content-type": response.content_type})
 
-    async def _relay(self, first: bytes, response: Response | RemoteResponse, backend_id: str, done):
+    async def _relay(self, first: bytes, response: EngineResponse | RemoteResponse, backend_id: str, done):
         outcome = "stream_error"
         try:
             yield first
@@ -275,5 +301,5 @@ class Gateway:
             raise
         finally:
             response.close()  # a no-op once the body was read whole; else it aborts the upstream request
-            self.metrics.requests.labels(backend_id, outcome).inc()
+            self._count(backend_id, outcome)
             done(outcome == "ok")
