@@ -108,7 +108,8 @@ def _compare(engine: procs.Proc, gateway: procs.Proc, workload: str, body: dict,
             f"{_percentile(added, 0.99) * 1000:>9.2f}",
             f"gateway in-process (received -> sent upstream): p50 <= {_bucket_quantile(before, after, 0.5) * 1000:.2f}"
             f" ms, p99 <= {_bucket_quantile(before, after, 0.99) * 1000:.2f} ms (bucket bounds); gateway CPU "
-            f"{cpu:.2f} s over {time.monotonic() - started:.1f} s (requests, warm-up and scrapes)"]
+            f"{cpu:.2f} s over {time.monotonic() - started:.1f} s, {cpu / via['sent'] * 1000:.2f} ms per request "
+            "(warm-up and scrapes included)"]
 
 
 def run_bench(rates: list[float], duration: float, model: str, max_tokens: int) -> str:
