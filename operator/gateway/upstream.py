@@ -248,7 +248,7 @@ class _Reconnect(Exception):
 class UpstreamClient:
     """POSTs to engines by base URL, one pool per engine."""
 
-    def __init__(self, connect_timeout_s: float, read_timeout_s: float, limit_per_engine: int = 1024,
+    def __init__(self, connect_timeout_s: float, read_timeout_s: float, limit_per_engine: int = 2048,
                  max_idle_s: float = 4.0):
         self.connect_timeout_s, self.read_timeout_s = connect_timeout_s, read_timeout_s
         self.limit, self.max_idle_s = limit_per_engine, max_idle_s
