@@ -29,6 +29,10 @@ class UpstreamError(Exception):
     """The engine could not be reached, closed the connection, answered garbage or went silent."""
 
 
+class _Closed(UpstreamError):
+    """The engine closed the connection (on a reused one before any answer: it had gone stale)."""
+
+
 class Response:
     """An engine's answer: status and content type once the head arrived; the body is read with
     `readany()` (the next bytes, b"" at the end) or `read()` (all of it). `close()` when done: the
@@ -128,7 +132,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.lost = True
         if self.response is not None:
-            self.response._fail(UpstreamError("the engine closed the connection"))
+            self.response._fail(_Closed("the engine closed the connection"))
 
     def data_received(self, data: bytes) -> None:
         if self.response is None:  # nothing was asked: the stream is out of step, drop it
@@ -273,9 +277,9 @@ class UpstreamClient:
                 conn.transport.write(head + body)
                 await response._wait_head()
                 return response
-            except UpstreamError:
+            except _Closed:
                 response.close()
-                if not (reused and not conn.got_bytes):
+                if not reused or conn.got_bytes:
                     raise
                 # a stale keep-alive connection: one retry on a fresh one
             except BaseException:

@@ -158,6 +158,23 @@ async def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one():
         assert server.connections == 2 and len(server.requests) == 3
 
 
+async def test_a_silent_engine_on_a_reused_connection_is_not_retried():
+    async def script(server, reader, writer, n):
+        await server.next_request(reader)
+        writer.write(OK)
+        await server.next_request(reader)
+        await reader.read()  # never answers the second request
+
+    client = UpstreamClient(connect_timeout_s=5, read_timeout_s=0.3)
+    async with Server(script) as server:
+        response = await client.post(server.url, "/v1/completions", b"{}")
+        await response.read()
+        response.close()
+        with pytest.raises(UpstreamError, match="no data"):
+            await client.post(server.url, "/v1/completions", b"{}")
+        assert server.connections == 1  # a timeout is the engine's answer, not a stale connection
+
+
 async def test_connections_not_reused_after_close_unread_body_or_long_idle():
     closing = OK.replace(b"content-length", b"connection: close\r\ncontent-length")
 
