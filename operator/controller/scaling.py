@@ -18,7 +18,7 @@ def autoscaler_policy(spec: InferenceServiceSpec) -> AutoscalerPolicy:
         scale_down_stabilization_s=a.scale_down_stabilization_seconds,
         scale_down_utilization=a.scale_down_utilization, max_step_down=a.max_scale_down_step,
         scale_down_interval_s=a.scale_down_interval_seconds,
-        scale_to_zero_after_s=a.scale_to_zero_after_seconds)
+        scale_to_zero_after_s=a.scale_to_zero_after_seconds, slo_noise_z=a.slo_noise_z)
 
 
 def instant_signals(scrape: Scrape) -> Signals:

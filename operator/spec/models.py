@@ -137,6 +137,8 @@ class AutoscalingSpec(SpecModel):
     """Least time between a replica change and the next scale-down (the smaller pool's load is seen first)."""
     scale_to_zero_after_seconds: float | None = Field(None, ge=0)
     """Idle time after which a service with replicas.min 0 scales to zero (unset: never)."""
+    slo_noise_z: float = Field(_POLICY.slo_noise_z, ge=0)
+    """Standard errors below the SLO target attainment must fall before misses add a replica (0: any miss)."""
 
 
 class SecretKeyRef(SpecModel):
