@@ -41,7 +41,8 @@ class KubernetesSource(_Strict):
     namespace: str = Field(min_length=1)
     service: str = Field(min_length=1)
     port: int | str | None = Field(None, description="Port number or name in the slices; default: the first.")
-    refresh_s: float = Field(2.0, gt=0)
+    refresh_s: float = Field(2.0, gt=0, description="Backoff before listing again after an API error (doubles "
+                             "per failure up to 16x); changes themselves arrive at once by watch.")
 
 
 class Backends(_Strict):
