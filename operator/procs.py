@@ -27,10 +27,11 @@ class Proc:
     popen: subprocess.Popen
     port: int
     log_path: str | None = None
+    host: str = "127.0.0.1"  # where the process listens
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -62,14 +63,14 @@ class Proc:
 
 
 def start(argv: list[str], port: int, ready_path: str = "/ready", timeout_s: float = 180.0,
-          env: dict | None = None, log_path: str | None = None) -> Proc:
+          env: dict | None = None, log_path: str | None = None, host: str = "127.0.0.1") -> Proc:
     """Starts argv and returns once GET ready_path answers 200; raises with the log tail otherwise."""
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
                              start_new_session=True)
     if log_path:
         log.close()
-    proc = Proc(popen, port, log_path)
+    proc = Proc(popen, port, log_path, host)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not proc.alive():

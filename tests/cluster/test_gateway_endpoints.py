@@ -5,8 +5,7 @@ terminating and a slice deleted each reach the gateway's routing table, and the 
 
 The API server refuses loopback addresses in EndpointSlices (422 "may not be in the loopback range"; kwok's
 127.1.x.x pod IPs pass only because pod IPs are not checked that way), so the slices carry this machine's own
-non-loopback IPv4 address and the engines listen on 0.0.0.0: they answer there, and on 127.0.0.1 for the
-readiness poll."""
+non-loopback IPv4 address and the engines listen on that address only, for the test's ~25 s."""
 
 import concurrent.futures
 import signal
@@ -41,10 +40,10 @@ def engine_address() -> str:
     return address
 
 
-def start_engine(log_dir, name: str) -> procs.Proc:
+def start_engine(log_dir, name: str, address: str) -> procs.Proc:
     port = procs.free_port()
-    argv = procs.FLOODWAY_ARGV + ["engine", "--model", MODEL, "--host", "0.0.0.0", "--port", str(port)]
-    return procs.start(argv, port, timeout_s=300, log_path=str(log_dir / f"{name}.log"))
+    argv = procs.FLOODWAY_ARGV + ["engine", "--model", MODEL, "--host", address, "--port", str(port)]
+    return procs.start(argv, port, timeout_s=300, log_path=str(log_dir / f"{name}.log"), host=address)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +51,7 @@ def engines(tmp_path_factory, engine_address):
     """Two engine processes, started side by side (each takes seconds to load)."""
     log_dir = tmp_path_factory.mktemp("engines")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(start_engine, log_dir, name) for name in ("engine-a", "engine-b")]
+        futures = [pool.submit(start_engine, log_dir, name, engine_address) for name in ("engine-a", "engine-b")]
     started = [f.result() for f in futures if f.exception() is None]
     try:
         if len(started) < 2:
