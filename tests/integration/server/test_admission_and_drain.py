@@ -19,7 +19,7 @@ MAX_WAITING = 3
 @pytest.fixture(scope="module")
 def small_server(start_engine):
     return start_engine("--max-num-seqs", "2", "--max-waiting-requests", str(MAX_WAITING),
-                        "--drain-timeout", "10")
+                        "--drain-timeout", "3")
 
 
 def _metric(url: str, name: str) -> float:
@@ -73,7 +73,8 @@ def test_sigterm_drains_in_flight_then_exits_zero(small_server, wait_for):
     threads = [
         threading.Thread(target=_stream, args=(url, {"prompt": "short", "max_tokens": 8, "ignore_eos": True},
                                                short, events[0])),
-        # Far longer than the drain timeout: aborted when the grace period ends.
+        # Far longer than the 3 s drain timeout (2000 tokens take ~10 s on one core of the dev machine, which
+        # is quiet; a 10 s timeout let it finish): aborted when the grace period ends.
         threading.Thread(target=_stream, args=(url, {"prompt": "long", "max_tokens": 2000, "ignore_eos": True},
                                                long, events[1])),
     ]
