@@ -62,6 +62,19 @@ class Proc:
         self.popen.wait()
 
 
+def wait_until(check, timeout_s: float, what: str, interval_s: float = 0.05):
+    """Polls check() until it returns something truthy, and returns that; TimeoutError naming `what` and the
+    last value at the deadline. check() may raise to stop early (say, when the process it waits on died)."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval_s)  # poll interval, not synchronisation: the deadline bounds the wait
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+
+
 def start(argv: list[str], port: int, ready_path: str = "/ready", timeout_s: float = 180.0,
           env: dict | None = None, log_path: str | None = None, host: str = "127.0.0.1") -> Proc:
     """Starts argv and returns once GET ready_path answers 200; raises with the log tail otherwise."""
@@ -71,15 +84,19 @@ def start(argv: list[str], port: int, ready_path: str = "/ready", timeout_s: flo
     if log_path:
         log.close()
     proc = Proc(popen, port, log_path, host)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         if not proc.alive():
             raise RuntimeError(f"{argv} exited with {popen.returncode}\n{proc.log_tail()}")
         try:
-            if httpx.get(proc.url + ready_path, timeout=1.0).status_code == 200:
-                return proc
+            return httpx.get(proc.url + ready_path, timeout=1.0).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.1)  # poll interval, not synchronisation: the deadline bounds the wait
-    proc.kill()
-    raise RuntimeError(f"{argv} not ready on {proc.url}{ready_path} within {timeout_s}s\n{proc.log_tail()}")
+            return False
+
+    try:
+        wait_until(ready, timeout_s, f"{proc.url}{ready_path}", interval_s=0.1)
+    except TimeoutError:
+        proc.kill()
+        raise RuntimeError(f"{argv} not ready on {proc.url}{ready_path} within {timeout_s}s\n{proc.log_tail()}") \
+            from None
+    return proc

@@ -9,13 +9,12 @@ import os
 import shutil
 import ssl
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
-from floodway.operator.procs import Proc, free_port
+from floodway.operator.procs import Proc, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "e2e" / "cluster" / "build.sh"
@@ -106,14 +105,7 @@ class Cluster:
 
     def wait_until(self, what: str, check, timeout_s: float = 60.0, interval_s: float = 0.25):
         """Polls check() until it returns something truthy (returned); fails with `what` at the deadline."""
-        deadline = time.monotonic() + timeout_s
-        last = None
-        while time.monotonic() < deadline:
-            last = check()
-            if last:
-                return last
-            time.sleep(interval_s)  # poll interval; the deadline bounds the wait
-        raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+        return wait_until(check, timeout_s, what, interval_s)
 
     def log_tail(self, name: str, chars: int = 3000) -> str:
         return self.procs[name].log_tail(chars)
@@ -135,17 +127,18 @@ def launch(cluster: Cluster, name: str, argv: list[str]) -> Proc:
 
 
 def wait_healthy(proc: Proc, name: str, url: str, client: httpx.Client) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         if not proc.alive():
             raise RuntimeError(f"{name} exited with {proc.popen.returncode}:\n{proc.log_tail()}")
         try:
-            if client.get(url, timeout=2.0).status_code == 200:
-                return
+            return client.get(url, timeout=2.0).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.2)  # poll interval; the deadline bounds the wait
-    raise RuntimeError(f"{name} not healthy at {url} within {START_TIMEOUT_S}s:\n{proc.log_tail()}")
+            return False
+
+    try:
+        wait_until(healthy, START_TIMEOUT_S, f"{name} healthy at {url}", interval_s=0.2)
+    except TimeoutError:
+        raise RuntimeError(f"{name} not healthy at {url} within {START_TIMEOUT_S}s:\n{proc.log_tail()}") from None
 
 
 def start_control_plane(cluster: Cluster) -> None:

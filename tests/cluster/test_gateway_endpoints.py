@@ -104,9 +104,7 @@ def wait_for(what: str, check, timeout_s: float = 20.0, interval_s: float = 0.00
     """Polls check() until true; returns the seconds it took (the propagation time when started right after a
     change was acknowledged by the API server)."""
     start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < timeout_s, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(interval_s)  # poll interval; the deadline bounds the wait
+    procs.wait_until(check, timeout_s, what, interval_s)
     return time.monotonic() - start
 
 

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -42,14 +41,14 @@ def read_status(path: Path) -> dict:
 
 
 def wait_for(what: str, check, proc: subprocess.Popen, log: Path, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def alive_and_checked():
         assert proc.poll() is None, f"floodway up exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)  # poll interval; the deadline bounds the wait
-    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+        return check()
+
+    try:
+        return procs.wait_until(alive_and_checked, timeout_s, what, interval_s=0.2)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}:\n{log.read_text()[-3000:]}") from None
 
 
 def test_burst_scales_up_overflows_and_scales_down(tmp_path, floodway_cmd):

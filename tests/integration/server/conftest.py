@@ -1,10 +1,9 @@
 """Real `floodway engine` processes on the built-in model, started once and stopped (SIGTERM) at the end."""
 
-import time
 
 import httpx
 import pytest
-from floodway.operator.procs import FLOODWAY_ARGV, free_port, start
+from floodway.operator.procs import FLOODWAY_ARGV, free_port, start, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -39,14 +38,7 @@ def wait_for():
     """wait_for(predicate, timeout_s, what): polls with a deadline; returns the last truthy value or fails."""
 
     def _wait(predicate, timeout_s: float, what: str):
-        deadline = time.monotonic() + timeout_s
-        last = None
-        while time.monotonic() < deadline:
-            last = predicate()
-            if last:
-                return last
-            time.sleep(0.05)  # poll interval; the deadline bounds the wait
-        pytest.fail(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+        return wait_until(predicate, timeout_s, what)
 
     return _wait
 
