@@ -22,6 +22,9 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     seed: int = 0
     served_model_name: str | None = None
+    # Testing/demo knob: each engine step takes at least this many ms more (slept in the serving engine loop's
+    # thread), so tests make capacity scarce by configuration instead of racing the CPU.
+    step_delay_ms: int = 0
 
     def validate(self) -> None:
         """Raises ValueError naming the offending field."""
@@ -41,6 +44,8 @@ class EngineConfig:
         if not self.enable_chunked_prefill and self.max_model_len is not None \
                 and self.max_num_batched_tokens < self.max_model_len:
             raise ValueError("max_num_batched_tokens must be >= max_model_len when enable_chunked_prefill is off")
+        if isinstance(self.step_delay_ms, bool) or not isinstance(self.step_delay_ms, int) or self.step_delay_ms < 0:
+            raise ValueError(f"step_delay_ms must be an integer >= 0, got {self.step_delay_ms!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 

@@ -2,6 +2,8 @@
 and hands each RequestOutput to the request's `deliver` callback (which the async front end makes
 thread-safe with loop.call_soon_threadsafe).
 
+`step_delay_s` (the --step-delay-ms testing knob) is slept here, after each step, never on the event loop.
+
 The loop survives any error: a failing add is reported to that request only; a failing step fails every
 in-flight request, aborts them in the engine so their KV blocks return to the pool, and carries on.
 """
@@ -36,8 +38,9 @@ _STOP = object()
 
 
 class EngineLoop:
-    def __init__(self, engine, metrics=None):
+    def __init__(self, engine, metrics=None, step_delay_s: float = 0.0):
         self._engine = engine
+        self._step_delay_s = step_delay_s
         self._metrics = metrics
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._deliver: dict[str, Deliver] = {}  # loop thread only
@@ -79,9 +82,12 @@ class EngineLoop:
                     self._fail_all(RuntimeError("engine loop stopped"))
                     return
                 self._handle(cmd)
-            if self._engine.has_unfinished_requests():
+            stepped = self._engine.has_unfinished_requests()
+            if stepped:
                 self._step()
             self.stats = self._engine.stats()
+            if stepped and self._step_delay_s:
+                time.sleep(self._step_delay_s)
 
     def _handle(self, cmd) -> None:
         if isinstance(cmd, _Add):

@@ -55,7 +55,7 @@ class ServerState:
             self.tokenizer = copy.deepcopy(engine.tokenizer)
             self.served_model = engine.model_name
             self.metrics = ServerMetrics(engine.model_name, lambda: self.loop.stats if self.loop else None)
-            self.loop = EngineLoop(engine, self.metrics)
+            self.loop = EngineLoop(engine, self.metrics, self.engine_config.step_delay_ms / 1000)
             self.frontend = AsyncEngine(self.loop, AdmissionPolicy(self.options.max_waiting_requests,
                                                                    self.options.max_waiting_tokens))
             self.engine = engine

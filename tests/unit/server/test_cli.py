@@ -11,6 +11,7 @@ pytestmark = pytest.mark.unit
     (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
     (["--max-body-bytes", "10"], "max_body_bytes"),
     (["--drain-timeout", "-1"], "drain_timeout_s"),
+    (["--step-delay-ms", "-5"], "step_delay_ms must be an integer >= 0"),
 ])
 def test_bad_engine_flags_exit_2_naming_the_setting_before_loading_anything(flags, words):
     result = CliRunner().invoke(app, ["engine", *flags])

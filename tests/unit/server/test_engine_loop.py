@@ -142,3 +142,23 @@ def test_idle_loop_blocks_instead_of_stepping(engine):
     q, deliver = _collector()
     loop.add("a", [1], 1, deliver)
     assert q.get(timeout=10).finished and e.steps == 1
+
+
+def test_step_delay_is_slept_in_the_loop_thread_after_each_step():
+    """--step-delay-ms: every step takes at least the delay more (a lower bound, safe on a loaded machine), and
+    the delay is slept by the loop's own thread, after the step's outputs are delivered."""
+    e = ScriptedEngine()
+    e.step_gate.release(100)
+    loop = EngineLoop(e, step_delay_s=0.25)
+    loop.start()
+    try:
+        q, deliver = _collector()
+        t0 = time.monotonic()
+        loop.add("a", [1], 3, deliver)
+        outs = _take(q, 3)
+        elapsed = time.monotonic() - t0
+        assert outs[-1].finished and e.steps == 3
+        assert elapsed >= 2 * 0.25  # two delays separate the three steps' outputs
+    finally:
+        loop.stop()
+    assert not loop.alive()
