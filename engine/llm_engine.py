@@ -149,4 +149,6 @@ class LLMEngine:
             num_total_blocks=pool.num_total, kv_cache_usage=used / pool.num_total,
             prompt_tokens_total=self.prompt_tokens_total, generation_tokens_total=self.generation_tokens_total,
             num_preemptions_total=c.num_preemptions, prefix_cache_queries_total=c.prefix_queries,
-            prefix_cache_hits_total=c.prefix_hits, kv_utilization=live / held if held else 0.0)
+            prefix_cache_hits_total=c.prefix_hits, kv_utilization=live / held if held else 0.0,
+            block_size=self.kv.block_size, max_num_seqs=self.config.max_num_seqs,
+            max_num_batched_tokens=self.config.max_num_batched_tokens)

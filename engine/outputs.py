@@ -43,3 +43,10 @@ class EngineStats:
     prefix_cache_hits_total: int
     # Live tokens over tokens in allocated blocks right now (how full the blocks in use are).
     kv_utilization: float = 0.0
+    # Prompt tokens admitted or queued whose prefill has not run yet (the gateway predicts TTFT from it).
+    num_prefill_tokens_waiting: int = 0
+    # Capacity, exported as vllm:cache_config_info so the gateway knows it before it has seen any load.
+    block_size: int = 0
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    max_prefill_tokens_per_step: int = 0  # 0: no prefill budget beyond max_num_batched_tokens

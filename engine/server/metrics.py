@@ -47,6 +47,18 @@ class _StatsCollector:
                 metric = family(name, doc, labels=["model_name"])
                 metric.add_metric([self._model], value)
                 yield metric
+        yield _cache_config_info(s, self._model)
+
+
+def _cache_config_info(s, model: str) -> GaugeMetricFamily:
+    """Capacity as labels of a gauge at 1, as vLLM's vllm:cache_config_info (plus its scheduler's batch
+    limits): the gateway reads it on its first scrape instead of learning capacity from load."""
+    labels = {"model_name": model, "block_size": s.block_size, "num_gpu_blocks": s.num_total_blocks,
+              "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens}
+    metric = GaugeMetricFamily("vllm:cache_config_info", "Engine capacity (KV blocks, batch limits) as labels.",
+                               labels=list(labels))
+    metric.add_metric([str(v) for v in labels.values()], 1.0)
+    return metric
 
 
 class ServerMetrics:

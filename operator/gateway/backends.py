@@ -21,18 +21,21 @@ log = logging.getLogger("floodway.gateway")
 # Engine gauges the table reads (vLLM-compatible names, summed over model_name labels).
 _GAUGES = {"vllm:num_requests_waiting": "waiting", "vllm:num_requests_running": "running",
            "vllm:kv_cache_usage_perc": "kv_usage"}
+_INFO = "vllm:cache_config_info"  # capacity as labels; max_num_seqs is ours (vLLM's has the KV labels only)
 
 
 def parse_engine_load(text: str) -> dict[str, float]:
-    """{waiting, running, kv_usage} from an engine's Prometheus text; absent gauges read 0.
+    """{waiting, running, kv_usage, max_num_seqs} from an engine's Prometheus text; absent gauges read 0.
     Only the lines of these gauges are parsed: engines also export many histogram buckets."""
     wanted = "\n".join(line for line in text.splitlines()
-                       if line.startswith(("vllm:num_requests_", "vllm:kv_cache_usage_perc")))
-    load = dict.fromkeys(_GAUGES.values(), 0.0)
+                       if line.startswith(("vllm:num_requests_", "vllm:kv_cache_usage_perc", _INFO)))
+    load = dict.fromkeys((*_GAUGES.values(), "max_num_seqs"), 0.0)
     for family in text_string_to_metric_families(wanted + "\n"):
         for sample in family.samples:
             if sample.name in _GAUGES:
                 load[_GAUGES[sample.name]] += sample.value
+            elif sample.name == _INFO and sample.labels.get("max_num_seqs", "").isdigit():
+                load["max_num_seqs"] += float(sample.labels["max_num_seqs"])
     return load
 
 
@@ -52,7 +55,13 @@ class Backend:
     kv_usage: float = 0.0
     in_flight: int = 0
     in_flight_at_scrape: int = 0
-    capacity: float = 0.0  # the most requests ever seen running there
+    seen_running: float = 0.0  # the most requests ever seen running there
+    max_num_seqs: float = 0.0  # the engine's batch capacity (vllm:cache_config_info); 0: not exported
+
+    @property
+    def capacity(self) -> float:
+        """Requests the engine runs at once: as it says, else the most seen running (0: unknown)."""
+        return self.max_num_seqs or self.seen_running
 
     def load(self) -> BackendLoad:
         return BackendLoad(self.id, self.ready, self.in_flight,
@@ -111,7 +120,8 @@ class BackendTable:
         b.ready = ready == 200
         if load is not None:
             b.waiting, b.running, b.kv_usage = load["waiting"], load["running"], load["kv_usage"]
-            b.in_flight_at_scrape, b.capacity = b.in_flight, max(b.capacity, b.running)
+            b.in_flight_at_scrape, b.seen_running = b.in_flight, max(b.seen_running, b.running)
+            b.max_num_seqs = load["max_num_seqs"]
 
     def snapshot(self) -> list[dict]:
         return [{"id": b.id, "url": b.url, "ready": b.ready, "in_flight": b.in_flight, "waiting": b.waiting,

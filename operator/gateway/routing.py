@@ -58,9 +58,9 @@ def estimate_waiting(scraped_waiting: float, in_flight_now: int, in_flight_at_sc
     """Queue length now, from the last scrape and the gateway's own counts, whichever shows more.
     - While an engine queued at the scrape, each request the gateway sends since joins the queue and each
       one that finishes lets one queued request start: the queue moved by the change of in-flight.
-    - `capacity` is the most requests the engine was ever seen running (0: not seen yet). Requests the
-      gateway has in flight beyond it are queued there, even before a scrape shows it: a busy engine can
-      answer its scrapes late, and a burst would otherwise go unseen for that long. The cost is a few
-      early overflows when a burst first goes past the highest concurrency seen so far."""
+    - `capacity` is the requests the engine runs at once: the max_num_seqs it exports, else the most it
+      was ever seen running (0: unknown). Requests the gateway has in flight beyond it are queued there,
+      even before a scrape shows it: a busy engine can answer its scrapes late, and a burst would
+      otherwise go unseen for that long."""
     by_scrape = max(0.0, scraped_waiting + in_flight_now - in_flight_at_scrape) if scraped_waiting > 0 else 0.0
     return max(by_scrape, in_flight_now - capacity) if capacity > 0 else by_scrape

@@ -1,0 +1,79 @@
+"""The gateway knows an engine's capacity from its first scrape (vllm:cache_config_info), so the first burst
+on a cold pool goes to the engine's batch instead of overflowing. The engine's /metrics text is rendered by
+the engine's own ServerMetrics and served over real HTTP on 127.0.0.1."""
+
+import random
+
+import aiohttp
+import pytest
+from aiohttp import web
+from floodway.engine.outputs import EngineStats
+from floodway.engine.server.metrics import ServerMetrics
+from floodway.operator.gateway.backends import BackendTable
+from floodway.operator.gateway.overflow import OverflowPolicy, PoolState, RequestInfo, overflow_decision
+from floodway.operator.gateway.routing import RoutingWeights
+
+pytestmark = pytest.mark.unit
+
+IDLE = EngineStats(num_running=0, num_waiting=0, num_free_blocks=2048, num_total_blocks=2048, kv_cache_usage=0.0,
+                   prompt_tokens_total=0, generation_tokens_total=0, num_preemptions_total=0,
+                   prefix_cache_queries_total=0, prefix_cache_hits_total=0, block_size=16, max_num_seqs=64,
+                   max_num_batched_tokens=2048)
+POLICY = OverflowPolicy(enabled=True, max_waiting_per_replica=4.0, ttft_slo_s=0.5)
+
+
+async def _scraped_table(stats: EngineStats) -> BackendTable:
+    metrics = ServerMetrics("m", lambda: stats)
+
+    async def ready(_):
+        return web.Response(text="ok")
+
+    async def scrape(_):
+        return web.Response(body=metrics.render())
+    app = web.Application()
+    app.router.add_get("/ready", ready)
+    app.router.add_get("/metrics", scrape)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    table = BackendTable(RoutingWeights(), random.Random(0))
+    table.set_endpoints([("e", f"http://127.0.0.1:{port}")])
+    try:
+        async with aiohttp.ClientSession() as session:
+            await table.refresh(session, 5.0)
+    finally:
+        await runner.cleanup()
+    return table
+
+
+def _burst(table: BackendTable, n: int) -> list[str]:
+    """n simultaneous requests, none finished: each decision sees the ones sent before it (as the proxy's
+    pool_state does: totals of the table, the gateway's in-flight counts on top of the last scrape)."""
+    targets = []
+    for _ in range(n):
+        t = table.totals()
+        d = overflow_decision(PoolState(t.ready, t.waiting), POLICY, RequestInfo(tokens=40, arrived_at=0.0), 0.0)
+        targets.append(d.target)
+        if d.target == "local":
+            table.pick(frozenset()).in_flight += 1
+    return targets
+
+
+async def test_a_cold_pool_sends_the_first_burst_to_the_engines_batch():
+    table = await _scraped_table(IDLE)
+    assert table.backends["e"].ready and table.backends["e"].capacity == 64  # known before any load
+    targets = _burst(table, 150)
+    # The engine runs 64 at once; 4 more may queue there (max_waiting_per_replica); the rest overflow.
+    assert targets.count("local") == 64 + 4
+    assert targets[:68] == ["local"] * 68 and set(targets[68:]) == {"overflow"}
+
+
+async def test_without_the_capacity_info_the_gateway_learns_capacity_from_the_load_it_saw():
+    # An engine that does not export it (an older vLLM): capacity is the most requests seen running, so a
+    # scrape that caught 4 running makes the gateway think the 5th request queues (the behaviour of issue 6).
+    table = await _scraped_table(IDLE)
+    e = table.backends["e"]
+    e.max_num_seqs, e.seen_running = 0.0, 4.0
+    assert _burst(table, 150).count("local") == 4 + 4
