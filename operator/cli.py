@@ -10,6 +10,21 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print ratios against baselines run side by side.")
 app.add_typer(bench_app, name="bench")
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from floodway.operator.version import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                        help="Print the version (of the package, chart and images) and exit.")):
+    pass
+
+
 # Each module exposes register(app, bench_app) and adds its commands; keep torch imports inside commands.
 COMMAND_MODULES = [
     "floodway.operator.ops_cli",

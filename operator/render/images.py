@@ -3,16 +3,19 @@
 import os
 from dataclasses import dataclass
 
+from floodway.operator.runtimes import RUNTIMES, runtime
 from floodway.operator.spec import InferenceServiceSpec
+from floodway.operator.version import __version__
 
-DEFAULT_TAG = "0.1.0"
+# Images are tagged with the project version (e2e/images/build.sh, the chart's appVersion).
+DEFAULT_TAG = __version__
 
 
 @dataclass(frozen=True)
 class Images:
     engine: str = f"floodway/engine:{DEFAULT_TAG}"
     gateway: str = f"floodway/operator:{DEFAULT_TAG}"
-    vllm: str = "vllm/vllm-openai:v0.10.2"
+    vllm: str = RUNTIMES["vllm"].image
     pull_policy: str = "IfNotPresent"
 
     @classmethod
@@ -27,7 +30,9 @@ class Images:
     def engine_image(self, spec: InferenceServiceSpec) -> str:
         if spec.engine.image:
             return spec.engine.image
-        return self.engine if spec.engine.runtime == "floodway" else self.vllm
+        if spec.engine.runtime == "vllm":
+            return self.vllm
+        return runtime(spec.engine.runtime).image or self.engine
 
     def gateway_image(self, spec: InferenceServiceSpec) -> str:
         return spec.gateway.image or self.gateway
