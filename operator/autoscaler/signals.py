@@ -8,12 +8,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from floodway.operator.runtimes import DEFAULT, RUNTIMES, MetricNames
 from prometheus_client.parser import text_string_to_metric_families
 
-TTFT = "vllm:time_to_first_token_seconds"
-# Request-level TPOT when the engine exports it (newer vLLM); otherwise per-token inter-token latency.
-TPOT_REQUEST = "vllm:request_time_per_output_token_seconds"
-ITL = "vllm:inter_token_latency_seconds"
 # Gateway metrics (operator/gateway/metrics.py) this module reads.
 GW_REQUESTS = "floodway_gateway_requests_total"  # attempts by backend and outcome; "retried" ones are re-sent
 GW_OVERFLOW = "floodway_gateway_overflow_total"  # requests sent to the overflow API, by trigger
@@ -99,18 +96,23 @@ def _samples(text: str, skip=lambda labels: False) -> tuple[dict[str, float], di
     return values, buckets
 
 
-def parse_engine(text: str) -> EngineSample:
-    """Parse an engine's /metrics (vLLM names) into an EngineSample; missing metrics read as zero."""
+def parse_engine(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> EngineSample:
+    """Parse an engine's /metrics (the runtime's `names` for our signals) into an EngineSample; missing metrics
+    read as zero. Request-level TPOT when the engine exports it, otherwise per-token inter-token latency."""
     values, buckets = _samples(text)
-    per_request = TPOT_REQUEST in buckets
+
+    def first(found: Mapping, candidates: tuple[str, ...], default):
+        return next((found[n] for n in candidates if n in found), default)
+
+    tpot = first(buckets, names.tpot, None)
     return EngineSample(
-        running=values.get("vllm:num_requests_running", 0.0),
-        waiting=values.get("vllm:num_requests_waiting", 0.0),
-        kv_usage=values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc", 0.0)),
-        ttft=buckets.get(TTFT, {}),
-        tpot=buckets.get(TPOT_REQUEST if per_request else ITL, {}),
-        tpot_per_request=per_request,
-        finished_total=values.get("vllm:request_success_total", 0.0),
+        running=first(values, names.running, 0.0),
+        waiting=first(values, names.waiting, 0.0),
+        kv_usage=first(values, names.kv_usage, 0.0),
+        ttft=first(buckets, names.ttft, {}),
+        tpot=tpot if tpot is not None else first(buckets, names.itl, {}),
+        tpot_per_request=tpot is not None,
+        finished_total=first(values, names.finished, 0.0),
     )
 
 

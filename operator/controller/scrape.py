@@ -3,6 +3,7 @@ whose /metrics cannot be read this tick is left out (it counts as not ready), ne
 
 import httpx
 from floodway.operator.autoscaler.signals import Scrape, parse_engine, parse_gateway
+from floodway.operator.runtimes import DEFAULT, RUNTIMES
 
 TIMEOUT_S = 2.0
 
@@ -21,12 +22,15 @@ def _metrics(client: httpx.Client, base: str, parse):
 
 
 def scrape(engines: dict[str, str], gateway_url: str | None, starting: int, now: float,
-           client: httpx.Client | None = None) -> Scrape:
-    """engines: replica name -> base URL (http://host:port); gateway_url: its base URL or None."""
+           client: httpx.Client | None = None, runtime: str = DEFAULT) -> Scrape:
+    """engines: replica name -> base URL (http://host:port); gateway_url: its base URL or None; runtime: what
+    the engines run (their metric names)."""
     own = client is None
     client = client or httpx.Client(timeout=TIMEOUT_S)
     try:
-        samples = {name: _metrics(client, base, parse_engine) for name, base in engines.items()}
+        names = RUNTIMES[runtime].metrics
+        samples = {name: _metrics(client, base, lambda text: parse_engine(text, names))
+                   for name, base in engines.items()}
         ready = {n: s for n, s in samples.items() if s is not None}
         gateway = _metrics(client, gateway_url, parse_gateway) if gateway_url else None
         return Scrape(time=now, engines=ready, gateway=gateway, starting=starting + len(samples) - len(ready))

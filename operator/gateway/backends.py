@@ -1,6 +1,7 @@
 """The live backend table: which engines exist, which are ready, and how loaded each is.
 
-Every scrape interval each engine's /ready is probed and its /metrics read (queue, running, KV usage);
+Every scrape interval each engine's readiness path (its runtime's: /ready for ours, /health for vLLM) is
+probed and its /metrics read (queue, running, KV usage);
 the gateway adds its own in-flight counts, which are always fresh. Routing and the overflow rule read
 this table through plain snapshots (BackendLoad, pool totals) and stay pure.
 """
@@ -14,29 +15,31 @@ from dataclasses import dataclass
 
 import aiohttp
 from floodway.operator.gateway.routing import BackendLoad, RoutingWeights, estimate_waiting, pick
+from floodway.operator.runtimes import DEFAULT, RUNTIMES, MetricNames, Runtime
 from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger("floodway.gateway")
 
-# Engine gauges the table reads (vLLM-compatible names, summed over model_name labels).
-_GAUGES = {"vllm:num_requests_waiting": "waiting", "vllm:num_requests_running": "running",
-           "vllm:kv_cache_usage_perc": "kv_usage"}
 _INFO = "vllm:cache_config_info"  # capacity as labels; max_num_seqs is ours (vLLM's has the KV labels only)
 
 
-def parse_engine_load(text: str) -> dict[str, float]:
-    """{waiting, running, kv_usage, max_num_seqs} from an engine's Prometheus text; absent gauges read 0.
-    Only the lines of these gauges are parsed: engines also export many histogram buckets."""
-    wanted = "\n".join(line for line in text.splitlines()
-                       if line.startswith(("vllm:num_requests_", "vllm:kv_cache_usage_perc", _INFO)))
-    load = dict.fromkeys((*_GAUGES.values(), "max_num_seqs"), 0.0)
+def parse_engine_load(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> dict[str, float]:
+    """{waiting, running, kv_usage, max_num_seqs} from an engine's Prometheus text (the runtime's `names`),
+    summed over label sets; absent gauges read 0. Only the lines of these gauges are parsed: engines also
+    export many histogram buckets."""
+    gauges = names.gauges()
+    wanted = "\n".join(line for line in text.splitlines() if line.startswith((*gauges, _INFO)))
+    found: dict[str, float] = {}
+    max_num_seqs = 0.0
     for family in text_string_to_metric_families(wanted + "\n"):
         for sample in family.samples:
-            if sample.name in _GAUGES:
-                load[_GAUGES[sample.name]] += sample.value
+            if sample.name in gauges:
+                found[sample.name] = found.get(sample.name, 0.0) + sample.value
             elif sample.name == _INFO and sample.labels.get("max_num_seqs", "").isdigit():
-                load["max_num_seqs"] += float(sample.labels["max_num_seqs"])
-    return load
+                max_num_seqs += float(sample.labels["max_num_seqs"])
+    load = {signal: next((found[n] for n in getattr(names, signal) if n in found), 0.0)
+            for signal in ("waiting", "running", "kv_usage")}
+    return {**load, "max_num_seqs": max_num_seqs}
 
 
 async def get_text(session: aiohttp.ClientSession, url: str, timeout: aiohttp.ClientTimeout) -> tuple[int, str]:
@@ -77,8 +80,8 @@ class PoolTotals:
 
 
 class BackendTable:
-    def __init__(self, weights: RoutingWeights, rng: random.Random):
-        self.weights, self.rng = weights, rng
+    def __init__(self, weights: RoutingWeights, rng: random.Random, runtime: Runtime = RUNTIMES[DEFAULT]):
+        self.weights, self.rng, self.runtime = weights, rng, runtime
         self.backends: dict[str, Backend] = {}
 
     def set_endpoints(self, endpoints: list[tuple[str, str]]) -> None:
@@ -107,9 +110,10 @@ class BackendTable:
     async def _probe(self, session: aiohttp.ClientSession, b: Backend, timeout_s: float) -> None:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         try:
-            (ready, _), (status, text) = await asyncio.gather(get_text(session, b.url + "/ready", timeout),
-                                                              get_text(session, b.url + "/metrics", timeout))
-            load = parse_engine_load(text) if status == 200 else None
+            (ready, _), (status, text) = await asyncio.gather(
+                get_text(session, b.url + self.runtime.ready_path, timeout),
+                get_text(session, b.url + "/metrics", timeout))
+            load = parse_engine_load(text, self.runtime.metrics) if status == 200 else None
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
             if b.ready:
                 log.warning("backend %s unready: %s", b.id, type(e).__name__)

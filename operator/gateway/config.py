@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from floodway.operator.gateway.overflow import BreakerPolicy, BudgetLimits, OverflowPolicy
+from floodway.operator.runtimes import DEFAULT, RUNTIMES
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
@@ -119,6 +121,8 @@ class GatewayConfig(_Strict):
     served_models: list[str] = Field(default_factory=list, description="Names /v1/models lists (default: "
                                      "the backends'); requests naming another model get 404.")
     backends: Backends = Field(default_factory=Backends)
+    engine_runtime: Literal[tuple(RUNTIMES)] = Field(DEFAULT, description="What the engines run "
+                                                     "(operator/runtimes.py): their readiness path and metric names.")
     routing: Routing = Field(default_factory=Routing)
     scrape_interval_s: float = Field(0.5, gt=0, description="How often each engine's /ready and /metrics are read.")
     connect_timeout_s: float = Field(2.0, gt=0)

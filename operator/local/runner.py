@@ -69,7 +69,8 @@ class LocalRunner:
     def step(self) -> dict:
         """One tick: scrape, decide, act on processes, and compute the status the operator would write."""
         _, ready, starting = self.pool.counts()
-        scr = scrape(self.pool.ready(), self.gateway.url if self.gateway else None, starting, time.time())
+        scr = scrape(self.pool.ready(), self.gateway.url if self.gateway else None, starting, time.time(),
+                     runtime=self.spec.engine.runtime)
         result = tick(self.spec, self.state, self.previous, scr, time.time())
         self.previous = scr
         moved = result.decision.replicas != self.state.replicas
