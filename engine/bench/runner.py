@@ -33,8 +33,7 @@ def run(model: str, workload: str, num_requests: int | None, max_model_len: int,
     path = resolve_model(model)
     cfg.model = path
     engine = LLMEngine(cfg)
-    wl = workloads.build(workload, num_requests, max_model_len, engine.runner.vocab_size,
-                         pathlib.Path(traces) if traces else workloads.TRACES)
+    wl = workloads.build(workload, num_requests, max_model_len, engine.runner.vocab_size, traces)
     typer.echo(f"{wl.description}; {wl.output_tokens} output tokens; {torch.get_num_threads()} threads, "
                f"{engine.runner.device}, {engine.runner.dtype}")
     _warm(engine)

@@ -9,13 +9,12 @@
 
 import csv
 import json
-import pathlib
+import os
 import random
 from dataclasses import dataclass
 
-TRACES = pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
-AZURE = "azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
-MOONCAKE = "mooncake-conversation/conversation_trace.jsonl"
+from floodway.operator.simulator.traces import open_trace, resolve_trace
+
 DEFAULT_REQUESTS = {"a": 32, "b": 64, "c": 48}
 MOONCAKE_BLOCK = 512
 SCALED_BLOCK = 16
@@ -37,8 +36,9 @@ def _random_tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
     return [rng.randrange(4, vocab) for _ in range(n)]  # ids 0..3 are special tokens in the built-in vocab
 
 
-def build(name: str, num_requests: int | None, max_model_len: int, vocab: int, traces: pathlib.Path = TRACES,
-          seed: int = 0) -> Workload:
+def build(name: str, num_requests: int | None, max_model_len: int, vocab: int,
+          traces: str | os.PathLike | None = None, seed: int = 0) -> Workload:
+    """traces: the traces folder (default: the vendored data/traces)."""
     n = num_requests or DEFAULT_REQUESTS[name]
     rng = random.Random(seed)
     if name == "a":
@@ -46,7 +46,7 @@ def build(name: str, num_requests: int | None, max_model_len: int, vocab: int, t
         return Workload("a", prompts, [128] * n, f"{n} requests, prompts 16-256, 128 new tokens")
     scale = max_model_len / 4096
     if name == "b":
-        with open(traces / AZURE) as f:
+        with open_trace(resolve_trace("azure-conv", traces)) as f:
             rows = list(csv.DictReader(f))
         picked = rng.sample(rows, n)
         lengths = [_fit(int(r["ContextTokens"]) * scale, int(r["GeneratedTokens"]) * scale, max_model_len)
@@ -55,7 +55,7 @@ def build(name: str, num_requests: int | None, max_model_len: int, vocab: int, t
         return Workload("b", prompts, [o for _, o in lengths],
                         f"{n} requests sampled from the Azure conversation trace, lengths x{scale:g}")
     if name == "c":
-        with open(traces / MOONCAKE) as f:
+        with open_trace(resolve_trace("mooncake", traces)) as f:
             rows = [json.loads(line) for _, line in zip(range(n), f, strict=False)]
         blocks: dict[int, list[int]] = {}
         prompts, outs = [], []

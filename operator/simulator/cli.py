@@ -39,7 +39,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                         "API when it runs with overflow (0: pay all back)."),
         scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
-        traces_dir: str = typer.Option(None, help="Folder of the real traces (default: shared/data/traces)."),
+        traces_dir: str = typer.Option(None, help="Folder of the real traces (default: the vendored data/traces)."),
         seed: int = typer.Option(0, help="Seed of synthetic traces."),
     ) -> None:
         """Simulate policies on a trace: SLO attainment, goodput, TTFT, replica-hours, overflow, scale events."""

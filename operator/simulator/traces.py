@@ -1,9 +1,10 @@
-"""Request traces: loaders for the real traces in shared/data/traces and synthetic burst generators.
+"""Request traces: loaders for the real traces vendored in data/traces and synthetic burst generators.
 
 A trace is a list of Request(arrival_s, prompt_tokens, output_tokens) sorted by arrival, starting near 0.
 """
 
 import csv
+import gzip
 import json
 import math
 import os
@@ -13,8 +14,10 @@ from datetime import datetime
 from pathlib import Path
 
 TRACES_ENV = "FLOODWAY_TRACES_DIR"
+# The vendored copies are gzip-compressed; a folder given by the user may hold them as .csv/.jsonl as well.
 AZURE_CONV = "azure-2023-conv/AzureLLMInferenceTrace_conv.csv"
 MOONCAKE_CONV = "mooncake-conversation/conversation_trace.jsonl"
+VENDORED = Path(__file__).resolve().parents[2] / "data" / "traces"  # operator/simulator -> the repo root
 # Names accepted by --trace besides file paths.
 NAMED_TRACES = {"azure-conv": AZURE_CONV, "mooncake": MOONCAKE_CONV}
 
@@ -26,29 +29,21 @@ class Request:
     output_tokens: int
 
 
-def traces_dir(explicit: str | os.PathLike | None = None) -> Path | None:
-    """The traces folder: an explicit path, $FLOODWAY_TRACES_DIR, or shared/data/traces next to the repo."""
+def traces_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """The traces folder: an explicit path, $FLOODWAY_TRACES_DIR, or the repository's data/traces."""
     if explicit:
         return Path(explicit)
     if os.environ.get(TRACES_ENV):
         return Path(os.environ[TRACES_ENV])
-    # operator/simulator/traces.py -> repo root -> ../shared/data/traces (also <repo>/shared for checkouts
-    # that carry it inside).
-    repo = Path(__file__).resolve().parents[2]
-    for cand in (repo / "shared" / "data" / "traces", repo.parent / "shared" / "data" / "traces"):
-        if cand.is_dir():
-            return cand
-    return None
+    return VENDORED
 
 
 def resolve_trace(name_or_path: str, root: str | os.PathLike | None = None) -> Path:
     """Map a named trace ('azure-conv', 'mooncake') or a file path to an existing file, or raise."""
     if name_or_path in NAMED_TRACES:
-        base = traces_dir(root)
-        if base is None:
-            raise FileNotFoundError(f"trace {name_or_path!r}: no traces folder found; set ${TRACES_ENV} "
-                                    "or pass --traces-dir")
-        path = base / NAMED_TRACES[name_or_path]
+        plain = traces_dir(root) / NAMED_TRACES[name_or_path]
+        gz = plain.with_name(plain.name + ".gz")
+        path = gz if gz.is_file() else plain
     else:
         path = Path(name_or_path)
     if not path.is_file():
@@ -56,15 +51,22 @@ def resolve_trace(name_or_path: str, root: str | os.PathLike | None = None) -> P
     return path
 
 
+def open_trace(path: str | os.PathLike):
+    """A text stream of a trace file, decompressed when it ends in .gz."""
+    path = Path(path)
+    return gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")
+
+
 def load_trace(path: str | os.PathLike) -> list[Request]:
     """Load a CSV (Azure columns) or JSONL (Mooncake fields) trace; arrivals are shifted to start at 0."""
     path = Path(path)
-    if path.suffix == ".csv":
+    kind = path.suffixes[-2] if path.suffix == ".gz" and len(path.suffixes) > 1 else path.suffix
+    if kind == ".csv":
         reqs = _load_azure_csv(path)
-    elif path.suffix in (".jsonl", ".json"):
+    elif kind in (".jsonl", ".json"):
         reqs = _load_mooncake_jsonl(path)
     else:
-        raise ValueError(f"{path}: unknown trace format {path.suffix!r} (expected .csv or .jsonl)")
+        raise ValueError(f"{path}: unknown trace format {path.suffix!r} (expected .csv or .jsonl, or .gz of one)")
     if not reqs:
         raise ValueError(f"{path}: trace has no requests")
     reqs.sort(key=lambda r: r.arrival_s)
@@ -74,7 +76,7 @@ def load_trace(path: str | os.PathLike) -> list[Request]:
 
 def _load_azure_csv(path: Path) -> list[Request]:
     out = []
-    with path.open(newline="") as f:
+    with open_trace(path) as f:
         reader = csv.DictReader(f)
         missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(reader.fieldnames or ())
         if missing:
@@ -95,7 +97,7 @@ def _load_azure_csv(path: Path) -> list[Request]:
 
 def _load_mooncake_jsonl(path: Path) -> list[Request]:
     out = []
-    with path.open() as f:
+    with open_trace(path) as f:
         for i, line in enumerate(f, start=1):
             if not line.strip():
                 continue

@@ -43,7 +43,6 @@ def test_workload_a_is_deterministic_and_fits():
         workloads.build("z", 4, 512, 4096)
 
 
-@pytest.mark.skipif(not (workloads.TRACES / workloads.AZURE).exists(), reason="traces folder not present")
 def test_trace_workloads_fit_and_share_prefixes():
     b = workloads.build("b", 20, 512, 4096)
     assert all(len(p) + n <= 512 and n >= 1 for p, n in zip(b.prompts, b.max_tokens, strict=True))

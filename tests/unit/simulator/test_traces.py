@@ -1,4 +1,8 @@
-"""Trace loaders (the real files in shared/data/traces) and synthetic generators."""
+"""Trace loaders (the real files vendored in data/traces) and synthetic generators."""
+
+import gzip
+import hashlib
+import re
 
 import pytest
 from floodway.operator.simulator.traces import (
@@ -16,12 +20,18 @@ from floodway.operator.simulator.traces import (
 
 pytestmark = pytest.mark.unit
 
-needs_traces = pytest.mark.skipif(
-    traces_dir() is None,
-    reason="shared/data/traces not found: set FLOODWAY_TRACES_DIR to the folder holding the trace folders")
+
+@pytest.mark.parametrize("name", ["azure-conv", "mooncake"])
+def test_vendored_traces_decompress_to_the_documented_originals(name, monkeypatch):
+    monkeypatch.delenv("FLOODWAY_TRACES_DIR", raising=False)
+    path = resolve_trace(name)
+    assert path.suffix == ".gz" and path.parent.parent == traces_dir()
+    readme = (path.parent / "README.md").read_text()
+    size, digest = re.search(r"byte-identical: ([\d,]+) bytes, sha256 `([0-9a-f]{64})`", readme).groups()
+    data = gzip.decompress(path.read_bytes())
+    assert len(data) == int(size.replace(",", "")) and hashlib.sha256(data).hexdigest() == digest
 
 
-@needs_traces
 def test_azure_conversation_trace():
     tr = load_trace(resolve_trace("azure-conv"))
     assert len(tr) == 19366
@@ -30,7 +40,6 @@ def test_azure_conversation_trace():
     assert (tr[0].prompt_tokens, tr[0].output_tokens) == (374, 44)
 
 
-@needs_traces
 def test_mooncake_trace_in_seconds():
     tr = load_trace(resolve_trace("mooncake"))
     assert len(tr) == 12031
