@@ -14,6 +14,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         top_k: int = typer.Option(0),
         seed: int | None = typer.Option(None),
         stop: list[str] = typer.Option([], help="Stop string (repeatable)."),
+        chat: bool = typer.Option(None, "--chat/--no-chat", help="Send the prompt as a user message through the "
+                                  "model's chat template (default: when the model has one)."),
     ) -> None:
         """Generate a completion offline (no server) with the Floodway engine."""
         from floodway.engine.llm import LLM
@@ -23,7 +25,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                 seed=seed, stop=list(stop))
         try:
             params.validate()
-            out = LLM(model).generate([prompt], params)[0]
+            llm = LLM(model)
+            if chat if chat is not None else bool(llm.tokenizer.chat_template):
+                prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                           add_generation_prompt=True, tokenize=True,
+                                                           return_dict=True)["input_ids"]
+            out = llm.generate([list(prompt)], params)[0]
         except ValueError as e:
             raise typer.BadParameter(str(e)) from e
         typer.echo(out.text)
@@ -37,15 +44,17 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         seq_requests: int = typer.Option(4, help="Requests timed for the sequential baseline (it is slow)."),
         baselines: str = typer.Option("sequential,static,continuous", help="Comma list of baselines to run."),
         profile_out: str | None = typer.Option(None, help="Also write a JSON step-cost profile here."),
-        traces: str | None = typer.Option(None, help="Traces folder (default ../shared/data/traces)."),
+        traces: str | None = typer.Option(None, help="Traces folder (default: the vendored data/traces)."),
         threads: int = typer.Option(0, help="torch intra-op threads for every system (0: torch's default, all "
                                             "cores). transformers continuous batching runs in its own thread."),
         dtype: str = typer.Option("auto", help="Weights, activations and KV for every system: auto (bfloat16 on "
                                                "CUDA, float32 on CPU), float32, bfloat16 or float16."),
+        tpot_slo_ms: float = typer.Option(0.0, help="Also measure TPOT of decoding requests while long prompts "
+                                                    "arrive, without and with this prefill budget (0: skip)."),
     ) -> None:
         """Our engine vs transformers sequential generate, a static padded batch and transformers' continuous
         batching, side by side on one workload; prints tokens/s, ratios, KV usage and prefix-cache hits."""
         from floodway.engine.bench.runner import run
 
         run(model, workload, num_requests, max_model_len, seq_requests,
-            [b for b in baselines.split(",") if b], profile_out, traces, threads, dtype)
+            [b for b in baselines.split(",") if b], profile_out, traces, threads, dtype, tpot_slo_ms)

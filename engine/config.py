@@ -25,6 +25,9 @@ class EngineConfig:
     # Testing/demo knob: each engine step takes at least this many ms more (slept in the serving engine loop's
     # thread), so tests make capacity scarce by configuration instead of racing the CPU.
     step_delay_ms: int = 0
+    # TPOT protection: a step that decodes carries only the prefill tokens that keep it within this many ms,
+    # sized from the engine's measured step times (engine/prefill_budget.py). 0: off.
+    tpot_slo_ms: float = 0.0
 
     def validate(self) -> None:
         """Raises ValueError naming the offending field."""
@@ -46,6 +49,11 @@ class EngineConfig:
             raise ValueError("max_num_batched_tokens must be >= max_model_len when enable_chunked_prefill is off")
         if isinstance(self.step_delay_ms, bool) or not isinstance(self.step_delay_ms, int) or self.step_delay_ms < 0:
             raise ValueError(f"step_delay_ms must be an integer >= 0, got {self.step_delay_ms!r}")
+        if isinstance(self.tpot_slo_ms, bool) or not isinstance(self.tpot_slo_ms, (int, float)) \
+                or not 0 <= self.tpot_slo_ms < float("inf"):
+            raise ValueError(f"tpot_slo_ms must be a number >= 0, got {self.tpot_slo_ms!r}")
+        if self.tpot_slo_ms and not self.enable_chunked_prefill:
+            raise ValueError("tpot_slo_ms needs enable_chunked_prefill (prompts are split across steps)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 

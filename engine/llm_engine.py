@@ -8,6 +8,7 @@ from floodway.engine.detokenizer import Detokenizer
 from floodway.engine.kv_manager import KVManager
 from floodway.engine.model_runner import ModelRunner, SeqInput
 from floodway.engine.outputs import EngineStats, RequestMetrics, RequestOutput
+from floodway.engine.prefill_budget import StepTimes
 from floodway.engine.request import Request
 from floodway.engine.sampler import sample
 from floodway.engine.sampling_params import SamplingParams
@@ -33,6 +34,7 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []  # final outputs of aborted requests, returned by the next step
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.step_times = StepTimes()
 
     # --- admission -------------------------------------------------------------------------------------------
     def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
@@ -87,10 +89,13 @@ class LLMEngine:
     # --- one iteration ---------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         outputs, self._pending = self._pending, []
-        sched = self.scheduler.schedule()
+        slo_s = self.config.tpot_slo_ms / 1000.0
+        sched = self.scheduler.schedule(self.step_times.budget(slo_s, self.config.max_num_batched_tokens)
+                                        if slo_s else None)
         if not sched.seqs:
             return outputs
         seqs = sched.seqs
+        started = time.perf_counter()
         inputs = [SeqInput(s.req.all_token_ids[s.req.num_computed_tokens:s.req.num_computed_tokens + s.num_new_tokens],
                            s.req.num_computed_tokens, self.kv.block_table(s.req), s.samples) for s in seqs]
         sampling = [s.req for s in seqs if s.samples]
@@ -99,6 +104,8 @@ class LLMEngine:
         if sampling:
             tokens, logprobs = sample(logits, [r.params for r in sampling], [r.generator for r in sampling],
                                       self.generator)
+        decodes = sum(1 for s in seqs if s.req.output_token_ids and s.num_new_tokens == 1 and s.samples)
+        self.step_times.observe(decodes, sched.num_tokens - decodes, time.perf_counter() - started)
         for s in seqs:
             s.req.num_computed_tokens += s.num_new_tokens
             self.kv.cache_filled_blocks(s.req)
@@ -151,4 +158,5 @@ class LLMEngine:
             num_preemptions_total=c.num_preemptions, prefix_cache_queries_total=c.prefix_queries,
             prefix_cache_hits_total=c.prefix_hits, kv_utilization=live / held if held else 0.0,
             block_size=self.kv.block_size, max_num_seqs=self.config.max_num_seqs,
-            max_num_batched_tokens=self.config.max_num_batched_tokens)
+            max_num_batched_tokens=self.config.max_num_batched_tokens,
+            num_prefill_tokens_waiting=self.scheduler.num_prefill_tokens_waiting)

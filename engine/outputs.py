@@ -49,4 +49,3 @@ class EngineStats:
     block_size: int = 0
     max_num_seqs: int = 0
     max_num_batched_tokens: int = 0
-    max_prefill_tokens_per_step: int = 0  # 0: no prefill budget beyond max_num_batched_tokens

@@ -1,5 +1,6 @@
 """Iteration-level scheduling: one token budget per step, running requests first (decodes and prefill chunks),
-then waiting ones; preemption by recompute, newest first, when KV blocks run out."""
+then waiting ones; preemption by recompute, newest first, when KV blocks run out. A step that decodes may
+carry at most `prefill_budget` prefill tokens (TPOT protection, engine/prefill_budget.py)."""
 
 import time
 from collections import deque
@@ -50,13 +51,18 @@ class Scheduler:
     def add(self, req: Request) -> None:
         self.waiting.append(req)
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, prefill_budget: int | None = None) -> SchedulerOutput:
+        """The next step. `prefill_budget` caps its prefill tokens when it also decodes (None: no cap)."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
+        decoding = any(_decodes(r) for r in self.running)
+        prefill = budget if prefill_budget is None or not decoding else prefill_budget
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, budget)
+            is_prefill = not _decodes(req)
+            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, min(budget, prefill) if is_prefill
+                                  else budget)
             if num_new == 0:
                 i += 1
                 continue
@@ -69,13 +75,14 @@ class Scheduler:
             else:
                 out.seqs.append(ScheduledSeq(req, num_new))
                 budget -= num_new
+                prefill -= num_new if is_prefill else 0
                 i += 1
         # Admitting new work while others were just preempted would only thrash.
         while not out.preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             hit_ids, hit_hashes = self.kv.computed_prefix(req)
             num_cached = len(hit_ids) * self.kv.block_size
-            num_new = self._chunk(req.num_tokens - num_cached, budget)
+            num_new = self._chunk(req.num_tokens - num_cached, min(budget, prefill))
             if num_new == 0 or not self.kv.allocate(req, num_new, hit_ids, hit_hashes):
                 break
             self.waiting.popleft()
@@ -89,12 +96,19 @@ class Scheduler:
             self.running.append(req)
             out.seqs.append(ScheduledSeq(req, num_new))
             budget -= num_new
+            prefill -= num_new
         return out
 
     def _chunk(self, remaining: int, budget: int) -> int:
         if self.chunked_prefill:
             return min(remaining, budget)
         return remaining if remaining <= budget else 0
+
+    @property
+    def num_prefill_tokens_waiting(self) -> int:
+        """Prompt tokens queued or admitted whose prefill has not run yet."""
+        return sum(req.num_tokens - req.num_computed_tokens for req in (*self.waiting, *self.running)
+                   if not _decodes(req))
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
@@ -111,3 +125,8 @@ class Scheduler:
             self.waiting.remove(req)
         self.kv.free(req)
         req.status = Status.FINISHED
+
+
+def _decodes(req: Request) -> bool:
+    """Whether the request's next step is a decode (one new token after its prompt was prefilled)."""
+    return bool(req.output_token_ids) and req.num_tokens - req.num_computed_tokens == 1

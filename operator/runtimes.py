@@ -67,7 +67,8 @@ def _vllm_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
 def _floodway_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
     # Finish in-flight requests after SIGTERM, a few seconds inside the pod's grace period.
     drain = max(spec.engine.termination_grace_period_seconds - 5, 1)
-    return _vllm_args(spec, host, port) + ["--drain-timeout", str(drain)]
+    # TPOT protection: the engine budgets each step's prefill so decoding requests keep the spec's TPOT.
+    return _vllm_args(spec, host, port) + ["--drain-timeout", str(drain), "--tpot-slo-ms", f"{spec.slo.tpot_ms:g}"]
 
 
 def _sglang_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:

@@ -12,7 +12,7 @@ KNOWN_BASELINES = ("sequential", "static", "continuous")
 
 def run(model: str, workload: str, num_requests: int | None, max_model_len: int, seq_requests: int,
         baselines: list[str], profile_out: str | None, traces: str | None, threads: int = 0,
-        dtype: str = "auto") -> None:
+        dtype: str = "auto", tpot_slo_ms: float = 0.0) -> None:
     unknown = [b for b in baselines if b not in KNOWN_BASELINES]
     if unknown:
         raise typer.BadParameter(f"unknown baseline(s) {unknown}; choose from {list(KNOWN_BASELINES)}")
@@ -50,6 +50,10 @@ def run(model: str, workload: str, num_requests: int | None, max_model_len: int,
             if "sequential" in baselines:
                 results.append(systems.run_hf_sequential(hf, wl, seq_requests))
     typer.echo(render(wl.description, model, results))
+    if tpot_slo_ms:
+        from floodway.engine.bench.interference import compare
+
+        typer.echo(compare(engine, tpot_slo_ms))
     if profile_out:
         prof = measure(engine, model)
         pathlib.Path(profile_out).write_text(json.dumps(prof, indent=2))

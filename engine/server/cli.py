@@ -30,6 +30,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Seed of the engine's sampler."),
         step_delay_ms: int = typer.Option(0, help="Testing/demo knob: each engine step takes at least this many "
                                                   "ms more (slept in the engine thread), making capacity scarce."),
+        tpot_slo_ms: float = typer.Option(0.0, help="TPOT protection: while sequences decode, each step carries only "
+                                                    "the prefill tokens that keep it within this many ms (0: off)."),
         max_waiting_requests: int = typer.Option(256, help="Admission bound: waiting requests (0: unbounded)."),
         max_waiting_tokens: int = typer.Option(0, help="Admission bound: waiting prompt tokens (0: unbounded)."),
         max_body_bytes: int = typer.Option(4 * 2**20, help="Largest request body accepted (413 beyond)."),
@@ -46,7 +48,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
             gpu_memory_utilization=gpu_memory_utilization, kv_cache_bytes=kv_cache_bytes, num_kv_blocks=num_kv_blocks,
             enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill, seed=seed,
-            served_model_name=served_model_name, step_delay_ms=step_delay_ms)
+            served_model_name=served_model_name, step_delay_ms=step_delay_ms, tpot_slo_ms=tpot_slo_ms)
         options = ServerOptions(max_waiting_requests=max_waiting_requests or None,
                                 max_waiting_tokens=max_waiting_tokens or None, max_body_bytes=max_body_bytes,
                                 drain_timeout_s=drain_timeout)

@@ -35,6 +35,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         prefill_backlog_ttft: bool = typer.Option(False, "--prefill-backlog-ttft",
                                                   help="The gateway predicts TTFT from the prefill tokens ahead "
                                                        "of the request on the replica it picks."),
+        prefill_budget: bool = typer.Option(True, "--prefill-budget/--no-prefill-budget",
+                                            help="Replicas budget each step's prefill to keep the TPOT SLO "
+                                                 "(the engine's --tpot-slo-ms, set by the operator)."),
         overflow_share: float = typer.Option(0.0, help="Share of requests our policy may leave to the overflow "
                                                         "API when it runs with overflow (0: pay all back)."),
         scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
@@ -53,7 +56,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 target_concurrency=target_concurrency, overflow_max_waiting=overflow_max_waiting,
                 overflow_ttft_factor=overflow_ttft_factor, overflow_rpm=overflow_rpm,
                 waiting_includes_prefill=waiting_includes_prefill, scale_to_zero_s=scale_to_zero,
-                ttft_from_prefill_backlog=prefill_backlog_ttft,
+                ttft_from_prefill_backlog=prefill_backlog_ttft, prefill_budget=prefill_budget,
                 overflow_share=overflow_share,
                 static_peak=static_peak, traces_dir=traces_dir, seed=seed))
         except (ValueError, FileNotFoundError) as e:

@@ -38,6 +38,8 @@ class SimConfig:
     # does today), or from the prefill tokens ahead of the request on the replica it would pick (the gateway
     # knows the prompt tokens of its own requests still without a first byte on each backend).
     ttft_from_prefill_backlog: bool = False
+    # TPOT protection in the replicas (the engine's --tpot-slo-ms at the TPOT SLO, as the operator renders it).
+    prefill_budget: bool = True
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,8 @@ class Simulation:
 
     # -- replicas and the autoscaler -------------------------------------------------------------------
     def _ready(self, slot: Slot, t: float) -> None:
-        slot.replica, slot.util_since = Replica(self.cfg.profile, t, self._on_finish), t
+        slo = self.cfg.tpot_slo_s if self.cfg.prefill_budget else None
+        slot.replica, slot.util_since = Replica(self.cfg.profile, t, self._on_finish, slo), t
 
     def _reconcile(self, desired: int, t: float) -> None:
         starting = [s for s in self.slots if s.replica is None and s.ended_s is None]

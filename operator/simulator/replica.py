@@ -4,7 +4,9 @@ Each engine step decodes one token for every decoding request and spends the res
 chunked prefill (oldest admitted request first); its duration is decode_step(batch) + prefill_chunk /
 prefill_tokens_per_s + kv_tokens * decode_s_per_kv_token. A request's first token comes out of the step that
 finishes its prefill. Admission reserves KV for prompt + output (no preemption is modelled). Steps with no
-event in them are taken in bulk, so an hour of traffic simulates in seconds.
+event in them are taken in bulk, so an hour of traffic simulates in seconds. With a TPOT SLO (the engine's
+--tpot-slo-ms, which the operator sets from the spec), a step that decodes carries only the prefill that
+keeps it within the SLO: the engine's own budget function, fed the profile's step costs.
 """
 
 import bisect
@@ -14,6 +16,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from floodway.engine.prefill_budget import prefill_budget_tokens
 
 # Defaults shaped like an 8B Llama-style model (GQA, 8 KV heads) in bf16 on one H100 80GB under vLLM-like
 # serving: ~25k prefill tok/s at 2048-token chunks, ~10 ms decode step at batch 1 rising with batch size,
@@ -85,8 +89,8 @@ class SimRequest:
 class Replica:
     """One engine: a waiting queue, chunked prefill, and a decode batch. Time only moves via advance_to()."""
 
-    def __init__(self, profile: ReplicaProfile, now: float, on_finish):
-        self.p, self.now, self.on_finish = profile, now, on_finish
+    def __init__(self, profile: ReplicaProfile, now: float, on_finish, tpot_slo_s: float | None = None):
+        self.p, self.now, self.on_finish, self.tpot_slo_s = profile, now, on_finish, tpot_slo_s
         self.queue: deque[SimRequest] = deque()  # not admitted yet ("waiting")
         self.prefilling: deque[SimRequest] = deque()
         self.decoding: list = []  # heap of (finish_step, seq, request)
@@ -117,11 +121,22 @@ class Replica:
         """TTFT of a `prompt`-token request sent now if nothing else arrives: the prefill queued and in progress
         ahead of it plus its own, in chunks that share each step with the current decode batch."""
         b = len(self.decoding)
-        chunk = max(self.p.max_num_batched_tokens - b, 1)
+        chunk = max(self._prefill_cap(b), 1)
         ahead = sum(r.left for r in self.prefilling) + sum(r.prompt for r in self.queue) + prompt
         full, rest = divmod(ahead, chunk)
-        decode = (self.p.decode_step(b) if b else 0.0) + self.kv_ctx * self.p.decode_s_per_kv_token
+        decode = self._decode_s(b)
         return full * decode + ahead / self.p.prefill_tokens_per_s + (decode if rest else 0.0)
+
+    def _decode_s(self, b: int) -> float:
+        return (self.p.decode_step(b) if b else 0.0) + self.kv_ctx * self.p.decode_s_per_kv_token
+
+    def _prefill_cap(self, b: int) -> int:
+        """Prefill tokens the next step may carry beside `b` decodes."""
+        cap = max(self.p.max_num_batched_tokens - b, 0)
+        if b and self.tpot_slo_s:
+            cap = min(cap, prefill_budget_tokens(self.tpot_slo_s, self._decode_s(b), 1 / self.p.prefill_tokens_per_s,
+                                                 cap))
+        return cap
 
     def fits(self, req: SimRequest) -> bool:
         return req.prompt + req.output <= self.p.kv_capacity_tokens
@@ -143,11 +158,8 @@ class Replica:
     def _shape(self) -> tuple[int, int, float]:
         """(decode batch, prefill tokens per step, step seconds) for the next step."""
         b = len(self.decoding)
-        chunk = min(max(self.p.max_num_batched_tokens - b, 0), sum(r.left for r in self.prefilling)) \
-            if self.prefilling else 0
-        t = (self.p.decode_step(b) if b else 0.0) + chunk / self.p.prefill_tokens_per_s \
-            + self.kv_ctx * self.p.decode_s_per_kv_token
-        return b, chunk, t
+        chunk = min(self._prefill_cap(b), sum(r.left for r in self.prefilling)) if self.prefilling else 0
+        return b, chunk, self._decode_s(b) + chunk / self.p.prefill_tokens_per_s
 
     def advance_to(self, t: float) -> None:
         """Run whole steps until the first step boundary at or after t (or until idle)."""

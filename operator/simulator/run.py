@@ -37,6 +37,7 @@ class Options:
     overflow_rpm: float | None = None
     waiting_includes_prefill: bool = False
     ttft_from_prefill_backlog: bool = False
+    prefill_budget: bool = True
     scale_to_zero_s: float | None = None
     overflow_share: float = 0.0
     static_peak: int | None = None
@@ -74,7 +75,7 @@ def prepare(opts: Options):
     budget = BudgetLimits(requests_per_minute=opts.overflow_rpm)
     cfg = SimConfig(profile=profile, cold_start_s=opts.cold_start_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
                     waiting_includes_prefill=opts.waiting_includes_prefill,
-                    ttft_from_prefill_backlog=opts.ttft_from_prefill_backlog,
+                    ttft_from_prefill_backlog=opts.ttft_from_prefill_backlog, prefill_budget=opts.prefill_budget,
                     overflow=OverflowPolicy(max_waiting_per_replica=opts.overflow_max_waiting, ttft_slo_s=ttft,
                                             predicted_ttft_factor=_pick(opts.overflow_ttft_factor,
                                                                         TTFT_FACTOR[opts.ttft_from_prefill_backlog]),

@@ -63,3 +63,20 @@ def test_preemption_takes_newest_first_and_requeues_it_at_the_front():
     for r in (old, new):
         sched.finish(r)
     assert kv.pool.num_free == 4
+
+
+def test_prefill_budget_caps_prefill_only_in_steps_that_decode():
+    sched = Scheduler(KVManager(64, 4), max_num_seqs=8, max_num_batched_tokens=32, chunked_prefill=True)
+    first = req("a", 20)
+    sched.add(first)
+    out = sched.schedule(prefill_budget=8)  # nothing decodes yet: the whole token budget
+    assert [(s.req.request_id, s.num_new_tokens) for s in out.seqs] == [("a", 20)]
+    advance(out)
+    sched.add(req("b", 30))
+    assert sched.num_prefill_tokens_waiting == 30
+    out = sched.schedule(prefill_budget=8)  # "a" decodes: b's prefill gets 8 tokens, not 31
+    assert [(s.req.request_id, s.num_new_tokens) for s in out.seqs] == [("a", 1), ("b", 8)]
+    advance(out)
+    assert sched.num_prefill_tokens_waiting == 22
+    out = sched.schedule()  # no budget: the step's whole token budget
+    assert [(s.req.request_id, s.num_new_tokens) for s in out.seqs] == [("a", 1), ("b", 22)]

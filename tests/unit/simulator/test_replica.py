@@ -110,3 +110,23 @@ def test_ttft_ahead_counts_the_prefill_queued_and_in_progress_before_the_request
     assert rep.ttft_ahead_s(500) == pytest.approx(0.25)
     rep.advance_to(100.0)
     assert len(done) == 2 and rep.ttft_ahead_s(500) == pytest.approx(0.05)
+
+
+def test_prefill_budget_keeps_a_decoding_requests_tpot_while_a_long_prompt_prefills():
+    def run(tpot_slo_s):
+        done = []
+        rep = Replica(PROFILE, 0.0, done.append, tpot_slo_s)
+        rep.submit(SimRequest(0.0, 10, 11), 0.0)  # decodes from the first step on
+        rep.submit(SimRequest(0.01, 8000, 2), 0.01)  # 8000 prompt tokens arrive while it decodes
+        rep.advance_to(100.0)
+        short, long_ = sorted(done, key=lambda r: r.prompt)
+        return (short.finish_s - short.first_token_s) / 10, long_.first_token_s - long_.arrival_s
+    tpot_off, ttft_off = run(None)
+    tpot_on, ttft_on = run(0.05)
+    # Without a budget each step beside the decode carries ~1000 prefill tokens (0.1 s): TPOT ~1.8x the SLO.
+    assert tpot_off > 1.5 * 0.05
+    # With one, a step carries (0.9 x 50 ms - 10 ms) x 10k tok/s = 350 prefill tokens: 45 ms steps.
+    assert tpot_on <= 0.05
+    # The same prefill work spread over more steps: in this linear step-cost model the long prompt's first
+    # token comes no later, since the decode step runs beside its chunks either way.
+    assert ttft_on == pytest.approx(ttft_off, rel=0.05)
