@@ -5,12 +5,36 @@ from pathlib import Path
 
 import typer
 
+LOCAL_MODEL = "floodway/tiny-llama"
+
+
+def served_model(listing: dict) -> str:
+    """The one model an OpenAI-compatible server lists at /v1/models; ValueError when it lists none or several."""
+    names = [m.get("id") for m in listing.get("data") or [] if isinstance(m, dict) and m.get("id")]
+    if len(names) != 1:
+        raise ValueError(f"the target lists {len(names)} models ({', '.join(names) or 'none'}) at /v1/models: "
+                         "pass --model")
+    return names[0]
+
+
+def target_model(target: str) -> str:
+    """The model name requests to `target` must carry, read from its /v1/models."""
+    import httpx
+
+    try:
+        r = httpx.get(target.rstrip("/") + "/v1/models", timeout=10)
+        r.raise_for_status()
+        return served_model(r.json())
+    except (httpx.HTTPError, ValueError) as e:
+        raise ValueError(f"cannot read the served model from {target}/v1/models ({e}): pass --model") from None
+
 
 def register_bench(bench_app: typer.Typer) -> None:
     @bench_app.command("serve")
     def serve(
         target: str = typer.Option(None, help="Server base URL; default: start a local `floodway engine`."),
-        model: str = typer.Option("floodway/tiny-llama", help="Model to serve (and its tokenizer for guidellm)."),
+        model: str = typer.Option(None, help="Model name sent (and its tokenizer for guidellm); default: the one "
+                                             f"the target lists at /v1/models, or {LOCAL_MODEL} served locally."),
         endpoint: str = typer.Option("/v1/completions", help="/v1/completions or /v1/chat/completions."),
         prompt_tokens: int = typer.Option(32, help="Synthetic prompt length."),
         output_tokens: int = typer.Option(16, help="Synthetic output length."),
@@ -37,6 +61,11 @@ def register_bench(bench_app: typer.Typer) -> None:
         )
         from floodway.operator.procs import FLOODWAY_ARGV, free_port, start
 
+        if model is None:
+            try:
+                model = target_model(target) if target else LOCAL_MODEL
+            except ValueError as e:
+                raise typer.BadParameter(str(e)) from e
         spec = SweepSpec(target=target or "", model=model, tokenizer=model, endpoint=endpoint,
                          prompt_tokens=prompt_tokens, output_tokens=output_tokens, sweep_size=sweep_size,
                          seconds=seconds, max_concurrency=max_concurrency, slo_ttft_ms=slo_ttft_ms,

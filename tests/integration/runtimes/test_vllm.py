@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from floodway.engine.server.bench_cli import target_model
 from floodway.operator import procs
 from floodway.operator.autoscaler.signals import signals_between
 from floodway.operator.controller.scrape import scrape
@@ -50,6 +51,10 @@ def backend_ready(gw: procs.Proc) -> bool:
 def test_the_standin_serves_what_vllm_serves(vllm):
     assert httpx.get(vllm.url + "/ready").status_code == 404  # the premise: vLLM has no /ready
     assert [m["id"] for m in httpx.get(vllm.url + "/v1/models").json()["data"]] == [SERVED]
+
+
+def test_bench_serve_target_sends_the_served_model_name(vllm):
+    assert target_model(vllm.url) == SERVED  # not the built-in model's name, which vLLM would answer with 404
 
 
 def test_gateway_routes_to_vllm_and_the_autoscaler_reads_it(vllm, tmp_path):
