@@ -4,8 +4,8 @@ and the events a change of conditions deserves."""
 from dataclasses import dataclass
 
 # Conditions whose turning True (or False, for the "good" ones) is worth a Warning event.
-_GOOD = {"Ready", "FitsGPU", "OverflowKeyAvailable"}
-_BAD = {"SLOAtRisk"}
+_GOOD = {"Ready", "FitsGPU", "OverflowKeyAvailable", "PodsHealthy", "StorageAvailable"}
+_BAD = {"SLOAtRisk", "OwnershipConflict"}
 
 
 def set_condition(conditions: list[dict], type_: str, status: str, reason: str, message: str, now: str,

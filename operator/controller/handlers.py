@@ -3,15 +3,18 @@ transition_events) and write back by server-side apply, status patches and event
 conditions, events and kopf retries with backoff, never a crash of the operator."""
 
 import logging
+import os
 import time
 
 import kopf
 from floodway.operator.controller.conditions import transition_events
 from floodway.operator.controller.kube import KubeError
-from floodway.operator.controller.pods import any_ready, engine_pods, secret_problem
+from floodway.operator.controller.ownership import conflict
+from floodway.operator.controller.pods import any_ready, engine_pods, pod_problems, secret_problem
 from floodway.operator.controller.scaling import initial_state, tick
 from floodway.operator.controller.scrape import scrape
 from floodway.operator.controller.status import Observation, build_status, now_rfc3339
+from floodway.operator.controller.storage import claim_problems, claim_roles
 from floodway.operator.planner.fit import spec_fit
 from floodway.operator.render import Owner, render, service_url
 from floodway.operator.render.engine import engine_deployment
@@ -21,6 +24,8 @@ from floodway.operator.spec import GROUP, PLURAL, VERSION, SpecError, parse_spec
 
 log = logging.getLogger("floodway.operator")
 TIMER_S = 1.0  # the timer wakes often; each service acts every spec.autoscaling.intervalSeconds
+# Where the operator runs (the chart sets it): the engines' NetworkPolicy admits scrapes from there only.
+OPERATOR_NAMESPACE = os.environ.get("POD_NAMESPACE") or None
 
 
 def _publish(body, patch, spec, obs: Observation, generation, owner: Owner) -> None:
@@ -54,15 +59,31 @@ def reconcile(body, spec, name, namespace, uid, meta, patch, memo, **_):
         current = kube.get("apps/v1", "Deployment", namespace, engine_name(owner))
         memo.state = initial_state(current["spec"].get("replicas") if current else None, parsed)
     try:
-        for obj in render(parsed, owner, memo.images, memo.state.replicas):
-            kube.apply(obj)
+        objs = render(parsed, owner, memo.images, memo.state.replicas, OPERATOR_NAMESPACE)
+    except ValueError as err:  # an engine.podTemplate the merge cannot apply
+        _invalid(body, patch, SpecError(f"spec.engine.podTemplate: {err}"))
+        raise kopf.PermanentError(str(err)) from None
+    conflicts, foreign = [], set()
+    try:
+        for obj in objs:
+            m = obj["metadata"]
+            problem = conflict(obj, kube.get(obj["apiVersion"], obj["kind"], m["namespace"], m["name"]), uid)
+            if problem:  # never adopted: left as it is, named in the OwnershipConflict condition
+                conflicts.append(problem)
+                foreign.add((obj["kind"], m["name"]))
+            else:
+                kube.apply(obj)
     except KubeError as err:
         kopf.event(body, type="Warning", reason="ApplyFailed", message=str(err))
         raise kopf.TemporaryError(f"apply failed: {err}", delay=15) from None
+    memo.foreign = foreign
     memo.fit = spec_fit(parsed)
     memo.applied_at = time.monotonic()
     _publish(body, patch, parsed, Observation(desired_replicas=memo.state.replicas, fit_level=memo.fit[0],
-                                              fit_message=memo.fit[1]), meta.get("generation"), owner)
+                                              fit_message=memo.fit[1], conflicts=tuple(conflicts)),
+             meta.get("generation"), owner)
+    if conflicts:  # retried, so the service converges once the user removes the object
+        raise kopf.TemporaryError("; ".join(conflicts), delay=30)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_S)
@@ -81,6 +102,7 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
         pods = kube.list("v1", "Pod", namespace, selector_string(owner, "engine"))
         gateway_pods = kube.list("v1", "Pod", namespace, selector_string(owner, "gateway"))
         deployment = kube.get("apps/v1", "Deployment", namespace, engine_name(owner))
+        claims = {c: kube.get("v1", "PersistentVolumeClaim", namespace, c) for c in claim_roles(parsed)}
     except KubeError as err:
         log.warning("%s/%s: cannot read the cluster this tick: %s", namespace, name, err)
         return
@@ -88,13 +110,14 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
     urls = {pod: f"http://{ip}:{parsed.engine.port}" for pod, ip in found.ready.items()}
     template = memo.gateway_url_template
     gateway_url = template.format(name=name, namespace=namespace, port=SERVICE_PORT) if template else None
-    scr = scrape(urls, gateway_url, found.starting, time.time())
+    scr = scrape(urls, gateway_url, found.starting, time.time(), runtime=parsed.engine.runtime)
     result = tick(parsed, memo.state, memo.get("scrape"), scr, time.time())
     memo.scrape = scr
     decision = result.decision
     scaled_at = None
-    if decision.replicas != memo.state.replicas or (deployment and deployment["spec"].get("replicas")
-                                                    != decision.replicas):
+    ours = ("Deployment", engine_name(owner)) not in memo.get("foreign", set())
+    if ours and (decision.replicas != memo.state.replicas or (deployment and deployment["spec"].get("replicas")
+                                                              != decision.replicas)):
         try:
             kube.apply(engine_deployment(parsed, owner, memo.images, decision.replicas))
         except KubeError as err:
@@ -113,7 +136,9 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
         desired_replicas=decision.replicas, gateway_ready=any_ready(gateway_pods), signals=result.signals,
         scale_reason=decision.reason if scaled_at else (body.get("status") or {}).get("lastScaleReason"),
         scaled_at=scaled_at, fit_level=memo.get("fit", (None, ""))[0], fit_message=memo.get("fit", (None, ""))[1],
-        secret_problem=secret_problem(gateway_pods, ref.name) if parsed.overflow.enabled and ref else None)
+        secret_problem=secret_problem(gateway_pods, ref.name) if parsed.overflow.enabled and ref else None,
+        pod_problems=(*pod_problems(pods, "engine"), *pod_problems(gateway_pods, "gateway")),
+        claim_problems=tuple(claim_problems(parsed, namespace, claims)))
     _publish(body, patch, parsed, obs, meta.get("generation"), owner)
 
 

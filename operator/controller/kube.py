@@ -9,7 +9,8 @@ from floodway.operator.spec import PLURAL
 PLURALS = {"Deployment": "deployments", "Service": "services", "ConfigMap": "configmaps",
            "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
            "PodDisruptionBudget": "poddisruptionbudgets", "Pod": "pods", "Lease": "leases",
-           "InferenceService": PLURAL, "Event": "events"}
+           "InferenceService": PLURAL, "Event": "events", "NetworkPolicy": "networkpolicies",
+           "PersistentVolumeClaim": "persistentvolumeclaims"}
 FIELD_MANAGER = "floodway-operator"
 
 

@@ -37,7 +37,8 @@ class Tick:
 
 def tick(spec: InferenceServiceSpec, state: ScalerState, previous: Scrape | None, scrape: Scrape,
          now: float) -> Tick:
-    """The autoscaler's decision for this tick; with autoscaling off the service holds replicas.min."""
+    """The autoscaler's decision for this tick; with autoscaling off the service holds replicas.min, with mode
+    external it follows replicas.count (set by HPA or KEDA through the scale subresource)."""
     if previous is not None and scrape.time > previous.time:
         signals = signals_between(previous, scrape, spec.slo.ttft_ms / 1000.0, spec.slo.tpot_ms / 1000.0)
     else:
@@ -45,10 +46,14 @@ def tick(spec: InferenceServiceSpec, state: ScalerState, previous: Scrape | None
     if not spec.autoscaling.enabled:
         fixed = spec.replicas.min
         return Tick(Decision(fixed, "autoscaling disabled: replicas.min", ScalerState(replicas=fixed)), signals)
+    if spec.autoscaling.mode == "external":
+        wanted = spec.replicas.clamp(spec.replicas.count)
+        return Tick(Decision(wanted, f"autoscaling.mode external: replicas.count {spec.replicas.count}",
+                             ScalerState(replicas=wanted)), signals)
     return Tick(decide(state, signals, autoscaler_policy(spec), now), signals)
 
 
 def initial_state(current_replicas: int | None, spec: InferenceServiceSpec) -> ScalerState:
     """State after an operator (re)start: the replica count that exists, within the spec's bounds."""
     replicas = spec.replicas.min if current_replicas is None else current_replicas
-    return ScalerState(replicas=max(spec.replicas.min, min(spec.replicas.max, replicas)))
+    return ScalerState(replicas=spec.replicas.clamp(replicas))

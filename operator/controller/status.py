@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 from floodway.operator.autoscaler.signals import Signals
 from floodway.operator.controller.conditions import set_condition
+from floodway.operator.controller.pods import PodProblem
 from floodway.operator.spec import InferenceServiceSpec
 
 
@@ -23,6 +24,10 @@ class Observation:
     fit_level: str | None = None  # planner: "ok" | "warning" | "refuse", or "unchecked"
     fit_message: str = ""
     secret_problem: str | None = None  # why the overflow key cannot reach the gateway, if it cannot
+    # None: not looked at this time (the condition keeps its last value); empty: looked, nothing wrong.
+    pod_problems: tuple[PodProblem, ...] | None = None
+    claim_problems: tuple[str, ...] | None = None
+    conflicts: tuple[str, ...] | None = None  # rendered objects that exist and are not ours
 
 
 def now_rfc3339() -> str:
@@ -109,6 +114,24 @@ def build_status(spec: InferenceServiceSpec, previous: dict, obs: Observation, n
             cond("FitsGPU", "Unknown", "NotChecked", obs.fit_message)
         else:
             cond("FitsGPU", "False", "DoesNotFit" if obs.fit_level == "refuse" else "TightFit", obs.fit_message)
+
+    if obs.pod_problems is not None:
+        if obs.pod_problems:
+            cond("PodsHealthy", "False", obs.pod_problems[0].reason, "; ".join(p.message for p in obs.pod_problems))
+        else:
+            cond("PodsHealthy", "True", "NoStuckPods", "no pod is stuck on a missing Secret, image or node")
+
+    if not (spec.storage.model_claim or spec.storage.cache_claim):
+        conds = [c for c in conds if c["type"] != "StorageAvailable"]
+    elif obs.claim_problems:
+        cond("StorageAvailable", "False", "ClaimUnavailable", "; ".join(obs.claim_problems))
+    elif obs.claim_problems is not None:
+        cond("StorageAvailable", "True", "ClaimsFound", "the PersistentVolumeClaims exist")
+
+    if obs.conflicts:
+        cond("OwnershipConflict", "True", "ObjectNotOwned", "; ".join(obs.conflicts))
+    elif obs.conflicts is not None:
+        cond("OwnershipConflict", "False", "NoConflict", "every object is owned by this InferenceService")
 
     if spec.overflow.enabled:
         if obs.secret_problem:

@@ -56,7 +56,8 @@ def build_crd() -> dict[str, Any]:
                 "name": VERSION, "served": True, "storage": True,
                 "schema": {"openAPIV3Schema": root},
                 "subresources": {"status": {}, "scale": {
-                    "specReplicasPath": ".spec.replicas.min",
+                    # HPA, KEDA and `kubectl scale` set replicas.count; autoscaling.mode external follows it.
+                    "specReplicasPath": ".spec.replicas.count",
                     "statusReplicasPath": ".status.replicas",
                     "labelSelectorPath": ".status.selector"}},
                 "additionalPrinterColumns": PRINTER_COLUMNS,

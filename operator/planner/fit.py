@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from floodway.operator.planner.gpus import GpuSpec, find_gpu, resolve_gpu
 from floodway.operator.planner.memory import MemoryPlan, plan_memory
-from floodway.operator.planner.model_shape import ModelShape, load_shape
+from floodway.operator.planner.model_shape import ModelShape, load_shape, shape_from_config
 from floodway.operator.planner.units import GIB, ConfigNotFound, PlanError
 
 DEFAULT_MAX_MODEL_LEN = 4096  # the engine's default cap: min(model's max positions, this)
@@ -84,10 +84,11 @@ def check_fit(model: str, *, dtype: str = "auto", max_model_len: int | None = No
               gpu_memory_utilization: float = 0.9, gpus: int = 1, gpu_type: str | None = None,
               gpu_memory: str | int | None = None, quantization: str | None = None,
               kv_cache_dtype: str | None = None, block_size: int = 16, params: float | None = None,
-              overhead_bytes: int | None = None) -> FitResult:
+              overhead_bytes: int | None = None, config: dict | None = None) -> FitResult:
     """The operator's admission check for an InferenceService. `gpu_memory` (bytes or "80Gi") overrides the
     memory of `gpu_type`; either sizes the GPU. A bad setting refuses with the reason; a model whose config
-    is not available locally, or a GPU we cannot size, is reported as not checked rather than refused."""
+    is not available locally, or a GPU we cannot size, is reported as not checked rather than refused.
+    `config`: config.json fields given instead of reading the model's file (an InferenceService's modelShape)."""
     if gpus == 0:
         return _unchecked("no GPU requested (the CPU engine sizes its KV cache from a byte budget)")
     if gpu_type is None and gpu_memory is None:
@@ -96,7 +97,7 @@ def check_fit(model: str, *, dtype: str = "auto", max_model_len: int | None = No
         return FitResult("warning", f"fit not checked: unknown GPU type {gpu_type!r}; give the GPU memory "
                                     "(for example 48Gi) to check it", {"checked": False})
     try:
-        shape = load_shape(model, params)
+        shape = shape_from_config(config, model, "spec.modelShape", params) if config else load_shape(model, params)
         gpu = resolve_gpu(gpu_type if gpu_type and find_gpu(gpu_type) else None, gpu_memory)
         max_model_len = max_model_len or default_max_model_len(shape)
         mem = plan_memory(shape, gpu, gpus=gpus, dtype=dtype, quantization=quantization,
@@ -115,14 +116,24 @@ def spec_fit(spec) -> tuple[str, str]:
     """check_fit for an InferenceService spec: ("ok" | "warning" | "refuse" | "unchecked", message).
 
     The operator's FitsGPU condition and `floodway up` both call this, so they agree."""
-    e, r = spec.engine, spec.resources
+    e, r, shape = spec.engine, spec.resources, spec.model_shape
     gpu_memory = f"{r.gpu_memory_gib}Gi" if r.gpu_memory_gib else None
+    claim = spec.storage.model_claim
+    if shape is None and claim is not None and r.gpus:
+        return "unchecked", (f"fit not checked: the model is on PersistentVolumeClaim {claim.name}, which the "
+                             f"operator does not read; {_GIVE_SHAPE}")
     try:
         result = check_fit(spec.model, dtype=e.dtype, max_model_len=e.max_model_len, max_num_seqs=e.max_num_seqs,
                            gpu_memory_utilization=e.gpu_memory_utilization, gpus=r.gpus, gpu_type=r.gpu_type,
-                           gpu_memory=gpu_memory, block_size=e.block_size)
+                           gpu_memory=gpu_memory, block_size=e.block_size, params=shape.params if shape else None,
+                           config=shape.config() if shape else None)
     except Exception as exc:  # the fit check is advice: its failure must not block serving
         return "unchecked", f"fit not checked: {exc}"
     if result.details.get("checked") is False:
-        return "unchecked", result.message
-    return result.level, result.message
+        hint = f"; {_GIVE_SHAPE}" if "no config.json" in result.message else ""
+        return "unchecked", result.message + hint
+    return result.level, (f"from spec.modelShape: {result.message}" if shape else result.message)
+
+
+_GIVE_SHAPE = ("give spec.modelShape (hiddenSize, numLayers, numHeads, numKvHeads, vocabSize, params from the "
+               "model's config.json) to check it")

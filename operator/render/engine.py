@@ -4,51 +4,46 @@
 import math
 
 from floodway.operator.render.images import Images
-from floodway.operator.render.meta import Owner, engine_name, image_version, labels, metadata, selector
-from floodway.operator.render.security import CONTAINER_SECURITY, POD_SECURITY
+from floodway.operator.render.merge import strategic_merge
+from floodway.operator.render.meta import (
+    Owner,
+    engine_name,
+    image_version,
+    labels,
+    metadata,
+    pull_secrets,
+    selector,
+    spread,
+)
+from floodway.operator.render.security import LOCKED_CONTAINER, POD_SECURITY
+from floodway.operator.runtimes import runtime
 from floodway.operator.spec import InferenceServiceSpec
+from floodway.operator.spec.models import MODELS_DIR
 
 CACHE_DIR = "/cache"
+TMP_SIZE_LIMIT = "1Gi"  # scratch space only: downloads and compiled kernels go to the cache
 PROBE_PERIOD_S = 10
 
 
 def engine_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
-    """vLLM-compatible flags: our engine takes the same names, so one list serves both runtimes."""
-    e = spec.engine
-    args = ["--model", spec.model, "--served-model-name", spec.model_name, "--host", host, "--port", str(port),
-            "--dtype", e.dtype, "--max-model-len", str(e.max_model_len), "--max-num-seqs", str(e.max_num_seqs),
-            "--max-num-batched-tokens", str(e.max_num_batched_tokens), "--block-size", str(e.block_size),
-            "--gpu-memory-utilization", str(e.gpu_memory_utilization),
-            "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching"]
-    if e.runtime == "vllm" and spec.resources.gpus > 1:
-        args += ["--tensor-parallel-size", str(spec.resources.gpus)]
-    if e.runtime == "floodway":
-        # Finish in-flight requests after SIGTERM, a few seconds inside the pod's grace period.
-        args += ["--drain-timeout", str(max(e.termination_grace_period_seconds - 5, 1))]
-    return args + list(e.extra_args)
+    """The runtime's command-line arguments for the spec, the model sharded over the pod's GPUs where the
+    runtime can (the spec refuses gpus > 1 where it cannot), then engine.extraArgs."""
+    r, gpus = runtime(spec.engine.runtime), spec.resources.gpus
+    tp = [r.tensor_parallel_flag, str(gpus)] if r.tensor_parallel_flag and gpus > 1 else []
+    return r.args(spec, host, port) + tp + list(spec.engine.extra_args)
 
 
 def ready_path(spec: InferenceServiceSpec) -> str:
-    # vLLM answers /health only once the model is loaded; ours has a separate /ready that also reports draining.
-    return "/ready" if spec.engine.runtime == "floodway" else "/health"
+    return runtime(spec.engine.runtime).ready_path
 
 
 def _resources(spec: InferenceServiceSpec) -> dict:
     r = spec.resources
-    amounts: dict[str, str] = {}
-    if r.cpu:
-        amounts["cpu"] = r.cpu
-    if r.memory:
-        amounts["memory"] = r.memory
-    limits = dict(amounts)
+    requests = r.requests()
+    limits = {"memory": r.memory} if r.memory else {}
     if r.gpus:
         limits["nvidia.com/gpu"] = str(r.gpus)
-    out = {}
-    if amounts:
-        out["requests"] = amounts
-    if limits:
-        out["limits"] = limits
-    return out
+    return {"requests": requests, "limits": limits} if limits else {"requests": requests}
 
 
 def _probes(spec: InferenceServiceSpec) -> dict:
@@ -57,30 +52,58 @@ def _probes(spec: InferenceServiceSpec) -> dict:
 
     # The startup probe covers model loading (minutes on a GPU); liveness starts only after it passes.
     startup_failures = math.ceil(spec.engine.startup_timeout_seconds / PROBE_PERIOD_S)
+    health = runtime(spec.engine.runtime).health_path
     return {
-        "startupProbe": {**get("/health"), "periodSeconds": PROBE_PERIOD_S, "failureThreshold": startup_failures},
+        "startupProbe": {**get(health), "periodSeconds": PROBE_PERIOD_S, "failureThreshold": startup_failures},
         "readinessProbe": {**get(ready_path(spec)), "periodSeconds": 5, "failureThreshold": 2},
-        "livenessProbe": {**get("/health"), "periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**get(health), "periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 3},
     }
 
 
-def _container(spec: InferenceServiceSpec, images: Images) -> dict:
+def _env(spec: InferenceServiceSpec) -> list[dict]:
+    e = spec.engine
+    env = [{"name": "HOME", "value": CACHE_DIR}, {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
+           {"name": "FLOODWAY_CACHE", "value": f"{CACHE_DIR}/floodway"}]
+    if e.hf_token_secret_ref:
+        ref = e.hf_token_secret_ref
+        # The kubelet resolves it when the container starts; the operator never reads the Secret.
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    return env + [v.dump() for v in e.env]
+
+
+def _volumes(spec: InferenceServiceSpec) -> tuple[list[dict], list[dict]]:
+    """(pod volumes, container mounts). The root filesystem is read-only: every writable path is a volume."""
+    s = spec.storage
+    cache = ({"persistentVolumeClaim": {"claimName": s.cache_claim.name}} if s.cache_claim
+             else {"emptyDir": {"sizeLimit": s.cache_size_limit}})
+    volumes = [{"name": "cache", **cache},
+               # Shared memory for multi-GPU collectives and tokenizer workers; memory-backed, so bounded.
+               {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": s.shm_size_limit}},
+               {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}}]
+    mounts = [{"name": "cache", "mountPath": CACHE_DIR}, {"name": "shm", "mountPath": "/dev/shm"},
+              {"name": "tmp", "mountPath": "/tmp"}]
+    if s.model_claim:
+        volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": s.model_claim.name,
+                                                                    "readOnly": True}})
+        mounts.append({"name": "models", "mountPath": MODELS_DIR, "readOnly": True})
+    return volumes, mounts
+
+
+def _container(spec: InferenceServiceSpec, images: Images, mounts: list[dict]) -> dict:
     e = spec.engine
     image = images.engine_image(spec)
     container = {
         "name": "engine", "image": image, "imagePullPolicy": images.pull_policy,
         "args": engine_args(spec, "0.0.0.0", e.port),
         "ports": [{"name": "http", "containerPort": e.port, "protocol": "TCP"}],
-        "env": [{"name": "HOME", "value": CACHE_DIR}, {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
-                {"name": "FLOODWAY_CACHE", "value": f"{CACHE_DIR}/floodway"}]
-               + [{"name": v.name, "value": v.value} for v in e.env],
+        "env": _env(spec),
         "resources": _resources(spec),
         **_probes(spec),
-        "securityContext": CONTAINER_SECURITY,
-        "volumeMounts": [{"name": "cache", "mountPath": CACHE_DIR}, {"name": "shm", "mountPath": "/dev/shm"}],
+        "securityContext": LOCKED_CONTAINER,
+        "volumeMounts": mounts,
     }
-    if e.runtime == "floodway":
-        container["command"] = ["floodway", "engine"]
+    if runtime(e.runtime).command:  # else the image's entrypoint
+        container["command"] = list(runtime(e.runtime).command)
     return container
 
 
@@ -88,30 +111,53 @@ def _meta(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
     return metadata(owner, engine_name(owner), "engine", image_version(images.engine_image(spec)))
 
 
+def rollout_strategy(spec: InferenceServiceSpec) -> dict:
+    """A GPU pool has no spare GPU for a surge pod (it would stay Pending and the rollout with it), so GPU
+    replicas are replaced one at a time, down first; CPU replicas surge, so capacity never dips."""
+    gpu = spec.resources.gpus > 0
+    r = spec.rollout
+    surge = r.max_surge if r.max_surge is not None else (0 if gpu else 1)
+    unavailable = r.max_unavailable if r.max_unavailable is not None else (1 if gpu else 0)
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}
+
+
+def _pod_spec(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
+    r = spec.resources
+    volumes, mounts = _volumes(spec)
+    pod = {
+        "terminationGracePeriodSeconds": spec.engine.termination_grace_period_seconds,
+        # The engine never calls the Kubernetes API: no token in the pod, no Service env vars.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": POD_SECURITY,
+        "containers": [_container(spec, images, mounts)],
+        "volumes": volumes,
+        "topologySpreadConstraints": spread(owner, "engine"),
+    }
+    optional = {"nodeSelector": dict(r.node_selector) or None,
+                "tolerations": [t.dump() for t in r.tolerations] or None,
+                "affinity": r.affinity, "priorityClassName": r.priority_class_name,
+                "runtimeClassName": r.runtime_class_name, "imagePullSecrets": pull_secrets(spec)}
+    pod.update({k: v for k, v in optional.items() if v})
+    return pod
+
+
 def engine_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images, replicas: int) -> dict:
     pod_labels = labels(owner, "engine", image_version(images.engine_image(spec)))
-    pod_spec = {
-        "terminationGracePeriodSeconds": spec.engine.termination_grace_period_seconds,
-        "securityContext": POD_SECURITY,
-        "containers": [_container(spec, images)],
-        # Model downloads and compiled kernels live here; shared memory for multi-GPU collectives.
-        "volumes": [{"name": "cache", "emptyDir": {}}, {"name": "shm", "emptyDir": {"medium": "Memory"}}],
-    }
-    if spec.resources.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
-    if spec.resources.tolerations:
-        pod_spec["tolerations"] = [t.dump() for t in spec.resources.tolerations]
+    template = {"metadata": {"labels": pod_labels, "annotations": {
+        "prometheus.io/scrape": "true", "prometheus.io/port": str(spec.engine.port),
+        "prometheus.io/path": "/metrics"}}, "spec": _pod_spec(spec, owner, images)}
+    if spec.engine.pod_template:
+        template = strategic_merge(template, spec.engine.pod_template)
+        template["metadata"]["labels"] = {**template["metadata"].get("labels", {}), **selector(owner, "engine")}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": _meta(spec, owner, images),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector(owner, "engine")},
-            # Add the new replica before removing an old one: capacity never dips during a rollout.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {"metadata": {"labels": pod_labels, "annotations": {
-                "prometheus.io/scrape": "true", "prometheus.io/port": str(spec.engine.port),
-                "prometheus.io/path": "/metrics"}}, "spec": pod_spec},
+            "strategy": rollout_strategy(spec),
+            "template": template,
         },
     }
 
@@ -126,9 +172,12 @@ def engine_service(spec: InferenceServiceSpec, owner: Owner, images: Images) -> 
 
 
 def engine_pdb(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
-    # Voluntary evictions (node drains) take engines one at a time, so the rest keep serving.
+    # Voluntary evictions (node drains) take engines one at a time, so the rest keep serving. An engine still
+    # loading its model (unready for up to startupTimeoutSeconds) may always be evicted: it serves nothing yet,
+    # and must not block a node drain for half an hour.
     return {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": _meta(spec, owner, images),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(owner, "engine")}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(owner, "engine")},
+                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
     }

@@ -5,8 +5,17 @@ import hashlib
 
 import yaml
 from floodway.operator.render.images import Images
-from floodway.operator.render.meta import Owner, engine_name, gateway_name, image_version, metadata, selector
-from floodway.operator.render.security import CONTAINER_SECURITY, POD_SECURITY
+from floodway.operator.render.meta import (
+    Owner,
+    engine_name,
+    gateway_name,
+    image_version,
+    metadata,
+    pull_secrets,
+    selector,
+    spread,
+)
+from floodway.operator.render.security import LOCKED_CONTAINER, POD_SECURITY
 from floodway.operator.spec import InferenceServiceSpec
 
 GATEWAY_PORT = 8080
@@ -27,6 +36,7 @@ def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: 
         if o.max_tokens_per_minute is not None:
             overflow["max_tokens_per_minute"] = o.max_tokens_per_minute
     return {"host": host, "port": port, "served_models": [spec.model_name], "backends": backends,
+            "engine_runtime": spec.engine.runtime,
             "slo": {"ttft_ms": spec.slo.ttft_ms, "tpot_ms": spec.slo.tpot_ms}, "overflow": overflow}
 
 
@@ -64,7 +74,7 @@ def _container(spec: InferenceServiceSpec, images: Images) -> dict:
         "readinessProbe": {**probe, "periodSeconds": 5},
         "livenessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 3},
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
-        "securityContext": {**CONTAINER_SECURITY, "readOnlyRootFilesystem": True},
+        "securityContext": LOCKED_CONTAINER,
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
     }
 
@@ -72,6 +82,12 @@ def _container(spec: InferenceServiceSpec, images: Images) -> dict:
 def gateway_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
     meta = _meta(spec, owner, images)
     digest = hashlib.sha256(config_yaml(cluster_gateway_config(spec, owner)).encode()).hexdigest()[:16]
+    pod = {"serviceAccountName": gateway_name(owner), "securityContext": POD_SECURITY,
+           "terminationGracePeriodSeconds": 30, "containers": [_container(spec, images)],
+           "volumes": [{"name": "config", "configMap": {"name": gateway_name(owner)}}],
+           "topologySpreadConstraints": spread(owner, "gateway")}
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = pull_secrets(spec)
     return {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
         "spec": {
@@ -80,9 +96,7 @@ def gateway_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images)
             "template": {
                 # A changed config rolls the gateway pods.
                 "metadata": {"labels": meta["labels"], "annotations": {"serving.floodway.io/config-hash": digest}},
-                "spec": {"serviceAccountName": gateway_name(owner), "securityContext": POD_SECURITY,
-                         "terminationGracePeriodSeconds": 30, "containers": [_container(spec, images)],
-                         "volumes": [{"name": "config", "configMap": {"name": gateway_name(owner)}}]},
+                "spec": pod,
             },
         },
     }
@@ -93,6 +107,16 @@ def gateway_service(spec: InferenceServiceSpec, owner: Owner, images: Images) ->
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, owner, images, owner.name),
             "spec": {"selector": selector(owner, "gateway"),
                      "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}]}}
+
+
+def gateway_pdb(spec: InferenceServiceSpec, owner: Owner, images: Images) -> list[dict]:
+    """The gateway is the service's only way in: a node drain may take its pods only one at a time (none with
+    a single replica, which such a budget would make undrainable)."""
+    if spec.gateway.replicas < 2:
+        return []
+    return [{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(spec, owner, images),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(owner, "gateway")},
+                     "unhealthyPodEvictionPolicy": "AlwaysAllow"}}]
 
 
 def gateway_rbac(spec: InferenceServiceSpec, owner: Owner, images: Images) -> list[dict]:

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from floodway.operator.spec import API_VERSION, KIND
+from floodway.operator.spec import API_VERSION, KIND, InferenceServiceSpec
 
 PART_OF = "floodway"
 MANAGER = "floodway-operator"
@@ -53,3 +53,14 @@ def metadata(owner: Owner, name: str, component: str, version: str) -> dict:
 def image_version(image: str) -> str:
     tag = image.rsplit("/", 1)[-1].partition(":")[2].partition("@")[0]
     return (tag or "latest")[:63]
+
+
+def spread(owner: Owner, component: str) -> list[dict]:
+    """Replicas of one component spread over nodes where they can be (soft: a one-node pool still schedules);
+    pod-template-hash keeps a rollout's old pods out of the count."""
+    return [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+             "labelSelector": {"matchLabels": selector(owner, component)}, "matchLabelKeys": ["pod-template-hash"]}]
+
+
+def pull_secrets(spec: InferenceServiceSpec) -> list[dict] | None:
+    return [{"name": n} for n in spec.image_pull_secrets] or None

@@ -1,13 +1,38 @@
 """The InferenceService spec: one pydantic model, the single source of the CRD schema (operator/crdgen)
 and of the checks `floodway up` runs. Field docstrings become the descriptions `kubectl explain` shows."""
 
-from typing import ClassVar, Literal
+import posixpath
+import re
+from typing import Annotated, Any, ClassVar, Literal
 
 from floodway.operator.autoscaler.policy import AutoscalerPolicy
+from floodway.operator.runtimes import RUNTIMES
 from floodway.operator.spec.base import Rule, SpecModel
-from pydantic import Field
+from pydantic import AfterValidator, Field, WithJsonSchema
 
 _POLICY = AutoscalerPolicy()  # the autoscaler's tuned defaults are the spec's defaults
+
+# A Kubernetes resource quantity (the API server's own pattern), so a typo fails at apply, not at pod creation.
+QUANTITY = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)"
+            r"|(\.[0-9]+))))?$")
+Quantity = Annotated[str, Field(pattern=QUANTITY)]
+
+# Kubernetes objects passed through as written (affinity, pod template, network peers): the API server checks
+# them when the operator applies what embeds them.
+FreeForm = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})]
+
+
+def _int_or_percent(v: int | str) -> int | str:
+    if isinstance(v, int) and v < 0 or isinstance(v, str) and not (v.endswith("%") and v[:-1].isdigit()):
+        raise ValueError(f"must be a non-negative integer or a percentage such as 25%, got {v!r}")
+    return v
+
+
+IntOrPercent = Annotated[int | str, AfterValidator(_int_or_percent),
+                         WithJsonSchema({"x-kubernetes-int-or-string": True})]
+
+# Runtimes that cannot shard a model over GPUs: more than one GPU per replica would sit idle, so it is refused.
+SINGLE_GPU_RUNTIMES = tuple(name for name, r in RUNTIMES.items() if r.tensor_parallel_flag is None)
 
 
 def _section(cls, description: str):
@@ -16,18 +41,57 @@ def _section(cls, description: str):
     return Field(default_factory=cls, description=description, json_schema_extra={"default": cls().dump()})
 
 
-class EnvVar(SpecModel):
-    """An environment variable set in the engine container."""
+class SecretKeyRef(SpecModel):
+    """A key of a Secret in the service's namespace."""
 
     name: str = Field(min_length=1)
-    value: str = ""
+    """Name of the Secret."""
+    key: str = Field(min_length=1)
+    """Key inside the Secret."""
+
+
+class ConfigMapKeyRef(SpecModel):
+    """A key of a ConfigMap in the service's namespace."""
+
+    name: str = Field(min_length=1)
+    """Name of the ConfigMap."""
+    key: str = Field(min_length=1)
+    """Key inside the ConfigMap."""
+
+
+class EnvVarSource(SpecModel):
+    """Where a variable's value comes from; the kubelet reads it, the operator never does."""
+
+    RULES: ClassVar = (Rule("has(self.secretKeyRef) != has(self.configMapKeyRef)",
+                            "env valueFrom takes exactly one of secretKeyRef and configMapKeyRef",
+                            lambda v: (v.secret_key_ref is None) != (v.config_map_key_ref is None)),)
+
+    secret_key_ref: SecretKeyRef | None = None
+    """A key of a Secret (a missing Secret or key shows as a PodsHealthy condition and an event)."""
+    config_map_key_ref: ConfigMapKeyRef | None = None
+    """A key of a ConfigMap."""
+
+
+class EnvVar(SpecModel):
+    """An environment variable set in the engine container: a value, or valueFrom a Secret or ConfigMap key."""
+
+    RULES: ClassVar = (Rule("!(has(self.value) && has(self.valueFrom))", "env takes value or valueFrom, not both",
+                            lambda v: v.value is None or v.value_from is None),)
+
+    name: str = Field(min_length=1)
+    """Variable name."""
+    value: str | None = None
+    """Literal value (never put a credential here: use valueFrom.secretKeyRef)."""
+    value_from: EnvVarSource | None = None
+    """Read the value from a Secret or ConfigMap key when the container starts."""
 
 
 class EngineSpec(SpecModel):
     """How each engine replica serves the model."""
 
-    runtime: Literal["floodway", "vllm"] = "floodway"
-    """Serving engine: `floodway` (ours) or `vllm` (the vllm/vllm-openai image)."""
+    runtime: Literal["floodway", "vllm", "sglang", "tgi", "llamacpp"] = "floodway"
+    """Serving engine: `floodway` (ours), `vllm`, `sglang`, `tgi` (Hugging Face TGI) or `llamacpp` (llama.cpp's
+    llama-server for CPU pools; model is a GGUF file). Their flags and metrics: operator/runtimes.py."""
     image: str | None = None
     """Container image; defaults to the operator's image for the runtime."""
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
@@ -53,17 +117,28 @@ class EngineSpec(SpecModel):
     extra_args: list[str] = Field(default_factory=list)
     """Extra command-line arguments appended to the engine's own."""
     env: list[EnvVar] = Field(default_factory=list)
-    """Extra environment variables of the engine container."""
+    """Extra environment variables of the engine container (value, or valueFrom.secretKeyRef for credentials)."""
+    hf_token_secret_ref: SecretKeyRef | None = None
+    """Secret key holding a Hugging Face token for gated Hub models: the pod gets it as HF_TOKEN through
+    valueFrom.secretKeyRef, so it never appears in the InferenceService or the Deployment."""
+    pod_template: FreeForm | None = None
+    """A pod template ({metadata, spec}) merged over the rendered engine pod template by strategic merge (lists
+    of containers, volumes, env, ... merge by name; null deletes a field), for settings without a field here."""
 
 
 class Toleration(SpecModel):
     """A Kubernetes toleration of the engine pods."""
 
     key: str | None = None
+    """Taint key (empty with operator Exists: every taint)."""
     operator: Literal["Exists", "Equal"] | None = None
+    """Exists or Equal (the default)."""
     value: str | None = None
+    """Taint value for operator Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to tolerate (empty: all)."""
     toleration_seconds: int | None = None
+    """How long a NoExecute taint is tolerated."""
 
 
 class ResourcesSpec(SpecModel):
@@ -75,14 +150,26 @@ class ResourcesSpec(SpecModel):
     """GPU model (e.g. H100-80GB) for the planner's fit check."""
     gpu_memory_gib: float | None = Field(None, gt=0, alias="gpuMemoryGiB")
     """Memory of one GPU in GiB, when gpuType is not in the planner's table."""
-    cpu: str | None = None
-    """CPU request and limit of the engine container (a Kubernetes quantity)."""
-    memory: str | None = None
-    """Memory request and limit of the engine container (a Kubernetes quantity)."""
+    cpu: Quantity | None = None
+    """CPU request of the engine container (no CPU limit: throttling would stall token streams). Unset:
+    2 per GPU, 1 on CPU, so the pod is never BestEffort (evicted first) while it loads weights."""
+    memory: Quantity | None = None
+    """Memory request and limit of the engine container. Unset: a request of 8Gi per GPU (2Gi on CPU), no limit."""
     node_selector: dict[str, str] = Field(default_factory=dict)
     """Node labels the engine pods must match."""
     tolerations: list[Toleration] = Field(default_factory=list)
     """Taints the engine pods tolerate."""
+    affinity: FreeForm | None = None
+    """Kubernetes affinity of the engine pods (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec."""
+    priority_class_name: str | None = None
+    """PriorityClass of the engine pods (e.g. to preempt batch jobs on a GPU pool)."""
+    runtime_class_name: str | None = None
+    """RuntimeClass of the engine pods (e.g. nvidia where the GPU runtime is not the node's default)."""
+
+    def requests(self) -> dict[str, str]:
+        """CPU and memory requests: the spec's, else the defaults above."""
+        return {"cpu": self.cpu or (str(2 * self.gpus) if self.gpus else "1"),
+                "memory": self.memory or (f"{8 * self.gpus}Gi" if self.gpus else "2Gi")}
 
 
 class ReplicasSpec(SpecModel):
@@ -95,6 +182,12 @@ class ReplicasSpec(SpecModel):
     """Fewest engine replicas; 0 allows scale to zero (overflow serves while the first one starts)."""
     max: int = Field(4, ge=1)
     """Most engine replicas."""
+    count: int = Field(1, ge=0)
+    """Engine replicas wanted by an external autoscaler: the scale subresource's replica count, set by HPA,
+    KEDA or `kubectl scale`. Followed (within min and max) only when autoscaling.mode is external."""
+
+    def clamp(self, n: int) -> int:
+        return max(self.min, min(self.max, n))
 
 
 class SLOSpec(SpecModel):
@@ -113,6 +206,9 @@ class AutoscalingSpec(SpecModel):
 
     enabled: bool = True
     """When false, the service runs replicas.min replicas."""
+    mode: Literal["floodway", "external"] = "floodway"
+    """floodway: the operator's own autoscaler sets the replicas. external: HPA or KEDA sets replicas.count
+    through the scale subresource and the operator follows it (see the chart's examples/external-autoscaling)."""
     interval_seconds: float = Field(_POLICY.interval_s, gt=0)
     """Seconds between two autoscaler decisions."""
     target_concurrency: float = Field(_POLICY.target_concurrency, gt=0)
@@ -141,13 +237,6 @@ class AutoscalingSpec(SpecModel):
     """Standard errors below the SLO target attainment must fall before misses add a replica (0: any miss)."""
 
 
-class SecretKeyRef(SpecModel):
-    """A key of a Secret in the service's namespace."""
-
-    name: str = Field(min_length=1)
-    key: str = Field(min_length=1)
-
-
 class OverflowSpec(SpecModel):
     """Spill requests to an external OpenAI-compatible API while local capacity is short."""
 
@@ -174,19 +263,126 @@ class OverflowSpec(SpecModel):
 class GatewaySpec(SpecModel):
     """The OpenAI-compatible gateway in front of the engines."""
 
-    replicas: int = Field(1, ge=1)
-    """Gateway replicas."""
+    replicas: int = Field(2, ge=1)
+    """Gateway replicas, spread across nodes; with more than one a PodDisruptionBudget keeps one serving
+    through node drains (the gateway is the service's only way in)."""
     image: str | None = None
     """Container image; defaults to the operator's own image."""
+
+
+MODELS_DIR = "/models"
+
+
+class ModelClaim(SpecModel):
+    """A PersistentVolumeClaim holding the model's files (config.json, weights, tokenizer)."""
+
+    RULES: ClassVar = (Rule("!self.path.startsWith('/') && !self.path.matches('(^|/)[.][.](/|$)')",
+                            "storage.modelClaim.path must be relative to the claim, without '..'",
+                            lambda c: not c.path.startswith("/") and not re.search(r"(^|/)[.][.](/|$)", c.path)),)
+
+    name: str = Field(min_length=1)
+    """Name of the PersistentVolumeClaim, in the service's namespace; mounted read-only at /models."""
+    path: str = Field("", max_length=1024)
+    """Folder inside the claim that holds config.json; the engine loads /models/<path>. Empty: the claim's root."""
+
+
+class CacheClaim(SpecModel):
+    """A PersistentVolumeClaim shared by the replicas as their download and compile cache."""
+
+    name: str = Field(min_length=1)
+    """Name of the PersistentVolumeClaim (ReadWriteMany to share it across nodes), mounted at /cache."""
+
+
+class StorageSpec(SpecModel):
+    """Where the engine finds the model and keeps its cache."""
+
+    model_claim: ModelClaim | None = None
+    """Serve the model from a PersistentVolumeClaim instead of downloading it: spec.model is then only the
+    name clients send. A missing or unbound claim shows as a StorageAvailable condition and an event."""
+    cache_claim: CacheClaim | None = None
+    """A PersistentVolumeClaim as the cache (HF_HOME, FLOODWAY_CACHE), so a new replica finds the weights a
+    previous one downloaded. Unset: an emptyDir per pod (every replica downloads again)."""
+    cache_size_limit: Quantity = "100Gi"
+    """Size limit of the per-pod cache emptyDir when there is no cacheClaim (the kubelet evicts a pod past it)."""
+    shm_size_limit: Quantity = "2Gi"
+    """Size limit of /dev/shm (memory-backed; counts against the container's memory)."""
+
+    def model_path(self) -> str | None:
+        """Where the engine loads the model from, when it comes from a claim."""
+        c = self.model_claim
+        return None if c is None else posixpath.join(MODELS_DIR, c.path).rstrip("/")
+
+
+class RolloutSpec(SpecModel):
+    """How the engine Deployment replaces pods on a spec change."""
+
+    max_surge: IntOrPercent | None = None
+    """Extra pods during a rollout. Unset: 0 when the replicas use GPUs (a fixed GPU pool has no spare GPU for
+    a surge pod, which would stay Pending), else 1."""
+    max_unavailable: IntOrPercent | None = None
+    """Pods that may be down during a rollout. Unset: 1 when the replicas use GPUs (overflow covers the gap),
+    else 0 (a new pod is ready before an old one goes)."""
+
+
+class ModelShapeSpec(SpecModel):
+    """The model's shape from its config.json, for the FitsGPU check when the operator cannot read the file
+    (a Hub model not in its cache, or a model on a claim)."""
+
+    hidden_size: int = Field(ge=1)
+    """config.json hidden_size."""
+    num_layers: int = Field(ge=1)
+    """config.json num_hidden_layers."""
+    num_heads: int = Field(ge=1)
+    """config.json num_attention_heads."""
+    num_kv_heads: int | None = Field(None, ge=1)
+    """config.json num_key_value_heads (unset: num_heads, no GQA)."""
+    vocab_size: int = Field(ge=1)
+    """config.json vocab_size."""
+    intermediate_size: int | None = Field(None, ge=1)
+    """config.json intermediate_size (unset: 4 x hidden_size), for the parameter estimate."""
+    head_dim: int | None = Field(None, ge=1)
+    """config.json head_dim (unset: hidden_size / num_heads)."""
+    max_position_embeddings: int | None = Field(None, ge=1)
+    """config.json max_position_embeddings."""
+    params: float | None = Field(None, gt=0)
+    """Total parameters, e.g. 7.6e9 (unset: estimated from the shape, Llama style)."""
+
+    def config(self) -> dict:
+        """The shape as the config.json fields the planner reads."""
+        cfg = {"hidden_size": self.hidden_size, "num_hidden_layers": self.num_layers,
+               "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,
+               "vocab_size": self.vocab_size, "intermediate_size": self.intermediate_size,
+               "head_dim": self.head_dim, "max_position_embeddings": self.max_position_embeddings}
+        return {k: v for k, v in cfg.items() if v is not None}
+
+
+class NetworkPolicySpec(SpecModel):
+    """The NetworkPolicy of the engine pods: only the gateway and the operator's metrics scraper reach them."""
+
+    enabled: bool = True
+    """Render the NetworkPolicy (it takes effect where the cluster's network plugin enforces policies)."""
+    allow_from: list[FreeForm] = Field(default_factory=list)
+    """More NetworkPolicyPeers admitted to the engine port, e.g. your Prometheus namespace."""
 
 
 class InferenceServiceSpec(SpecModel):
     """A served model: engines, gateway, autoscaling and overflow."""
 
+    RULES: ClassVar = (Rule(
+        f"!(self.engine.runtime in {list(SINGLE_GPU_RUNTIMES)}) || self.resources.gpus <= 1",
+        f"resources.gpus > 1 needs tensor parallelism, which engine.runtime {' / '.join(SINGLE_GPU_RUNTIMES)} "
+        "lacks: use gpus: 1 and more replicas",
+        lambda s: s.engine.runtime not in SINGLE_GPU_RUNTIMES or s.resources.gpus <= 1),)
+
     model: str = Field(min_length=1)
-    """Hugging Face model id, a path inside the image, or a built-in name such as floodway/tiny-llama."""
+    """Hugging Face model id, a path inside the image, or a built-in name such as floodway/tiny-llama. With
+    storage.modelClaim, only the name clients send (the files come from the claim)."""
     served_model_name: str | None = None
     """Model name clients send; defaults to model."""
+    model_shape: ModelShapeSpec | None = None
+    """The model's shape, for the FitsGPU check when its config.json is out of the operator's reach."""
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    """Names of Secrets for pulling the engine and gateway images from a private registry."""
     engine: EngineSpec = _section(EngineSpec, "How each engine replica serves the model.")
     resources: ResourcesSpec = _section(ResourcesSpec, "What each engine replica gets from its node.")
     replicas: ReplicasSpec = _section(ReplicasSpec, "Bounds of the autoscaler. `kubectl scale` sets min.")
@@ -194,7 +390,15 @@ class InferenceServiceSpec(SpecModel):
     autoscaling: AutoscalingSpec = _section(AutoscalingSpec, "Scaling policy.")
     overflow: OverflowSpec = _section(OverflowSpec, "Spill to an external OpenAI-compatible API.")
     gateway: GatewaySpec = _section(GatewaySpec, "The OpenAI-compatible gateway in front of the engines.")
+    storage: StorageSpec = _section(StorageSpec, "Where the engine finds the model and keeps its cache.")
+    rollout: RolloutSpec = _section(RolloutSpec, "How the engine Deployment replaces pods on a spec change.")
+    network_policy: NetworkPolicySpec = _section(NetworkPolicySpec, "Who may reach the engine pods.")
 
     @property
     def model_name(self) -> str:
         return self.served_model_name or self.model
+
+    @property
+    def model_source(self) -> str:
+        """What the engine loads: the claim's folder when the model is on a volume, else spec.model."""
+        return self.storage.model_path() or self.model

@@ -23,8 +23,9 @@ def test_objects_names_owner_and_labels():
     objs = render(spec(), OWNER, Images())
     assert sorted(by_kind(objs)) == sorted([
         ("ServiceAccount", "chat-gateway"), ("Role", "chat-gateway"), ("RoleBinding", "chat-gateway"),
-        ("ConfigMap", "chat-gateway"), ("Service", "chat-engine"), ("Deployment", "chat-engine"),
-        ("PodDisruptionBudget", "chat-engine"), ("Deployment", "chat-gateway"), ("Service", "chat")])
+        ("ConfigMap", "chat-gateway"), ("NetworkPolicy", "chat-engine"), ("Service", "chat-engine"),
+        ("Deployment", "chat-engine"), ("PodDisruptionBudget", "chat-engine"), ("Deployment", "chat-gateway"),
+        ("PodDisruptionBudget", "chat-gateway"), ("Service", "chat")])
     for o in objs:
         meta = o["metadata"]
         assert meta["namespace"] == "team"
@@ -42,12 +43,12 @@ def test_render_is_pure_and_deterministic():
 
 
 def test_engine_deployment_gpu_probes_and_security():
-    dep = by_kind(render(spec(resources={"gpus": 2, "nodeSelector": {"gpu": "h100"}},
+    dep = by_kind(render(spec(resources={"gpus": 1, "nodeSelector": {"gpu": "h100"}},
                               engine={"startupTimeoutSeconds": 1200, "terminationGracePeriodSeconds": 90}),
                          OWNER, Images()))[("Deployment", "chat-engine")]
     pod = dep["spec"]["template"]["spec"]
     c = pod["containers"][0]
-    assert c["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 1200
     assert c["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/health"
@@ -60,10 +61,13 @@ def test_engine_deployment_gpu_probes_and_security():
     assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
 
 
-def test_cpu_engine_has_no_gpu_limit():
+def test_cpu_engine_has_no_gpu_limit_and_no_cpu_limit():
     c = by_kind(render(spec(resources={"gpus": 0, "cpu": "2", "memory": "4Gi"}), OWNER, Images()))[
         ("Deployment", "chat-engine")]["spec"]["template"]["spec"]["containers"][0]
-    assert c["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+    assert c["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
+    default = by_kind(render(spec(resources={"gpus": 0}), OWNER, Images()))[
+        ("Deployment", "chat-engine")]["spec"]["template"]["spec"]["containers"][0]
+    assert default["resources"] == {"requests": {"cpu": "1", "memory": "2Gi"}}  # Burstable, never BestEffort
 
 
 def test_engine_args_follow_the_spec():
@@ -82,9 +86,9 @@ def test_vllm_runtime_uses_its_image_and_entrypoint():
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["image"].startswith("vllm/vllm-openai:") and "command" not in c
     assert c["readinessProbe"]["httpGet"]["path"] == "/health"
-    assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == "4"
-    assert render(spec(engine={"runtime": "vllm", "image": "my/vllm:1"}), OWNER, Images())[5][
-        "spec"]["template"]["spec"]["containers"][0]["image"] == "my/vllm:1"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert by_kind(render(spec(engine={"runtime": "vllm", "image": "my/vllm:1"}), OWNER, Images()))[
+        ("Deployment", "chat-engine")]["spec"]["template"]["spec"]["containers"][0]["image"] == "my/vllm:1"
 
 
 def test_overflow_key_only_as_secret_reference():

@@ -30,7 +30,22 @@ def test_camel_case_round_trip():
     ({"replicas": {"min": 5, "max": 2}}, "replicas.min must be less than or equal to replicas.max"),
     ({"slo": {"ttftMs": 0}}, "spec.slo.ttftMs"),
     ({"slo": {"tpotMs": -5}}, "spec.slo.tpotMs"),
-    ({"engine": {"runtime": "tgi"}}, "spec.engine.runtime"),
+    ({"engine": {"runtime": "nonsense"}}, "spec.engine.runtime"),
+    ({"resources": {"gpus": 2}}, "resources.gpus > 1 needs tensor parallelism"),
+    ({"storage": {"modelClaim": {"name": "m", "path": "/abs"}}}, "storage.modelClaim.path must be relative"),
+    ({"storage": {"modelClaim": {"name": "m", "path": "a/../../b"}}}, "storage.modelClaim.path must be relative"),
+    ({"storage": {"modelClaim": {"path": "x"}}}, "spec.storage.modelClaim.name"),
+    ({"storage": {"cacheSizeLimit": "lots"}}, "spec.storage.cacheSizeLimit"),
+    ({"engine": {"hfTokenSecretRef": {"name": "hf"}}}, "spec.engine.hfTokenSecretRef.key"),
+    ({"engine": {"env": [{"name": "A", "value": "b", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}},
+     "env takes value or valueFrom, not both"),
+    ({"engine": {"env": [{"name": "A", "valueFrom": {}}]}}, "exactly one of secretKeyRef and configMapKeyRef"),
+    ({"resources": {"cpu": "two"}}, "spec.resources.cpu"),
+    ({"rollout": {"maxSurge": "lots"}}, "spec.rollout.maxSurge"),
+    ({"rollout": {"maxUnavailable": -1}}, "spec.rollout.maxUnavailable"),
+    ({"autoscaling": {"mode": "keda"}}, "spec.autoscaling.mode"),
+    ({"replicas": {"count": -1}}, "spec.replicas.count"),
+    ({"modelShape": {"hiddenSize": 4096}}, "spec.modelShape.numLayers"),
     ({"overflow": {"enabled": True}}, "overflow.baseURL and overflow.apiKeySecretRef are required"),
     ({"overflow": {"enabled": True, "baseURL": "https://x/v1"}}, "overflow.apiKeySecretRef"),
     ({"engine": {"maxModelLen": 0}}, "spec.engine.maxModelLen"),
@@ -68,3 +83,24 @@ def test_load_reports_unreadable_files(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n")
     with pytest.raises(SpecError, match="mapping"):
         load(tmp_path / "list.yaml")
+
+
+def test_several_gpus_only_where_the_runtime_shards():
+    assert parse(manifest(engine={"runtime": "vllm"}, resources={"gpus": 8})).spec.resources.gpus == 8
+    assert parse(manifest(resources={"gpus": 1})).spec.resources.gpus == 1
+
+
+def test_model_from_a_claim_serves_under_the_spec_name():
+    spec = parse(manifest(storage={"modelClaim": {"name": "models", "path": "tiny-llama/"}})).spec
+    assert spec.model_source == "/models/tiny-llama" and spec.model_name == "floodway/tiny-llama"
+    root = parse(manifest(storage={"modelClaim": {"name": "models"}})).spec
+    assert root.model_source == "/models"
+    assert parse(manifest()).spec.model_source == "floodway/tiny-llama"
+
+
+def test_requests_default_by_gpus_and_follow_the_spec():
+    assert parse(manifest(resources={"gpus": 0})).spec.resources.requests() == {"cpu": "1", "memory": "2Gi"}
+    assert parse(manifest(engine={"runtime": "vllm"}, resources={"gpus": 2})).spec.resources.requests() == {
+        "cpu": "4", "memory": "16Gi"}
+    assert parse(manifest(resources={"cpu": "500m", "memory": "3Gi"})).spec.resources.requests() == {
+        "cpu": "500m", "memory": "3Gi"}
