@@ -42,16 +42,12 @@ ArgsFn = Callable[["InferenceServiceSpec", str, int], list[str]]
 class Runtime:
     name: str
     image: str | None  # the upstream image users run (None: the operator's own); engine.image overrides it
-    args: ArgsFn  # (spec, host, port) -> the container's arguments, before engine.extraArgs
+    args: ArgsFn  # (spec, host, port) -> the container's arguments, before tensor parallelism and extraArgs
     metrics: MetricNames
     ready_path: str  # 200 only while it should receive traffic
     health_path: str = "/health"  # 200 while the process is alive (liveness, startup)
     command: tuple[str, ...] = ()  # empty: the image's entrypoint
     tensor_parallel_flag: str | None = None  # shards the model over the pod's GPUs; None: one GPU at most
-
-
-def _tp(flag: str, spec: InferenceServiceSpec) -> list[str]:
-    return [flag, str(spec.resources.gpus)] if spec.resources.gpus > 1 else []
 
 
 def _vllm_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
@@ -78,7 +74,7 @@ def _sglang_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
             "--dtype", e.dtype, "--context-length", str(e.max_model_len),
             "--max-running-requests", str(e.max_num_seqs), "--chunked-prefill-size", str(e.max_num_batched_tokens),
             "--page-size", str(e.block_size), "--mem-fraction-static", str(e.gpu_memory_utilization),
-            "--enable-metrics", *_tp("--tp-size", spec)]
+            "--enable-metrics"]
     return args + ([] if e.enable_prefix_caching else ["--disable-radix-cache"])
 
 
@@ -90,7 +86,7 @@ def _tgi_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
             "--port", str(port),
             "--max-input-tokens", str(max(e.max_model_len - 1, 1)), "--max-total-tokens", str(e.max_model_len),
             "--max-batch-size", str(e.max_num_seqs), "--max-batch-prefill-tokens", str(e.max_num_batched_tokens),
-            "--cuda-memory-fraction", str(e.gpu_memory_utilization), *_tp("--num-shard", spec)]
+            "--cuda-memory-fraction", str(e.gpu_memory_utilization)]
     return args + (["--dtype", e.dtype] if e.dtype in ("float16", "bfloat16") else [])
 
 
@@ -128,7 +124,8 @@ RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
     # TGI exports no TTFT and no KV usage: the autoscaler sees no SLO attainment from it, only load.
     Runtime("tgi", "ghcr.io/huggingface/text-generation-inference:3.3.4", _tgi_args, MetricNames(
         running=("tgi_batch_current_size",), waiting=("tgi_queue_size",),
-        tpot=("tgi_request_mean_time_per_token_duration",), finished=("tgi_request_success",)),
+        # TGI's counters carry no _total suffix; the Prometheus parser adds it to counter samples.
+        tpot=("tgi_request_mean_time_per_token_duration",), finished=("tgi_request_success_total",)),
         ready_path="/health", tensor_parallel_flag="--num-shard"),
     # llama-server answers /health 503 while loading the model, 200 once it serves. It exports gauges only.
     Runtime("llamacpp", "ghcr.io/ggml-org/llama.cpp:server", _llamacpp_args, MetricNames(

@@ -21,9 +21,9 @@ ENGINE = {"maxModelLen": 2048, "maxNumSeqs": 8, "maxNumBatchedTokens": 512, "blo
           "gpuMemoryUtilization": 0.8}
 
 
-def spec(runtime_name: str, gpus: int = 1, **engine) -> InferenceServiceSpec:
+def spec(runtime_name: str, gpus: int = 1, storage: dict | None = None, **engine) -> InferenceServiceSpec:
     return InferenceServiceSpec.model_validate({
-        "model": "org/model", "servedModelName": "chat", "resources": {"gpus": gpus},
+        "model": "org/model", "servedModelName": "chat", "resources": {"gpus": gpus}, "storage": storage or {},
         "engine": {"runtime": runtime_name, **ENGINE, **engine}})
 
 
@@ -46,16 +46,20 @@ def test_unknown_runtime_is_named():
         runtime("ollama")
 
 
-def test_vllm_and_ours_share_vllm_flags_and_only_vllm_shards():
-    ours = flags(engine_args(spec("floodway", gpus=2), "0.0.0.0", 8000))
+def test_vllm_and_ours_share_vllm_flags():
+    ours = flags(engine_args(spec("floodway"), "0.0.0.0", 8000))
     vllm = flags(engine_args(spec("vllm", gpus=2), "0.0.0.0", 8000))
     for f in (ours, vllm):
         assert f["--model"] == "org/model" and f["--served-model-name"] == "chat" and f["--port"] == "8000"
         assert f["--max-model-len"] == "2048" and f["--max-num-seqs"] == "8" and f["--block-size"] == "32"
     assert vllm["--tensor-parallel-size"] == "2" and "--drain-timeout" not in vllm
     assert "--tensor-parallel-size" not in ours and ours["--drain-timeout"] == "55"
-    assert ours["--tpot-slo-ms"] == "50" and "--tpot-slo-ms" not in vllm  # spec.slo.tpotMs (default)
     assert "--tensor-parallel-size" not in flags(engine_args(spec("vllm", gpus=1), "h", 1))
+
+
+def test_a_model_on_a_claim_is_loaded_from_its_mount():
+    s = spec("sglang", storage={"modelClaim": {"name": "models", "path": "qwen"}})
+    assert flags(engine_args(s, "h", 1))["--model-path"] == "/models/qwen"
 
 
 def test_sglang_flags():
@@ -83,11 +87,10 @@ def test_llamacpp_flags_give_every_slot_the_full_context():
 
 
 @pytest.mark.parametrize("name", ["floodway", "llamacpp"])
-def test_runtimes_without_tensor_parallelism_refuse_several_gpus(name):
-    assert RUNTIMES[name].gpu_problem(1) is None
-    assert "cannot shard" in RUNTIMES[name].gpu_problem(2)
-    for sharding in ("vllm", "sglang", "tgi"):
-        assert RUNTIMES[sharding].gpu_problem(8) is None
+def test_runtimes_without_tensor_parallelism_are_refused_several_gpus(name):
+    assert RUNTIMES[name].tensor_parallel_flag is None
+    with pytest.raises(ValidationError, match="tensor parallelism"):
+        spec(name, gpus=2)
 
 
 @pytest.mark.parametrize("name,ready,command,image", [
@@ -144,12 +147,17 @@ LLAMACPP = ('# HELP llamacpp:prompt_tokens_total Number of prompt tokens process
             '# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 7\n')
 
 
+def load(text: str, names) -> dict[str, float]:
+    """The gateway's view of an engine's load (the signals every runtime maps)."""
+    return {k: v for k, v in parse_engine_load(text, names).items() if k in ("running", "waiting", "kv_usage")}
+
+
 def test_sglang_metrics_map_to_ours():
     names = RUNTIMES["sglang"].metrics
     s = parse_engine(SGLANG, names)
     assert (s.running, s.waiting, s.kv_usage, s.finished_total) == (5.0, 3.0, 0.28, 12.0)
     assert s.ttft[0.5] == 10 and s.tpot_per_request and s.tpot[0.05] == 11
-    assert parse_engine_load(SGLANG, names) == {"running": 5.0, "waiting": 3.0, "kv_usage": 0.28, "max_num_seqs": 0.0}
+    assert load(SGLANG, names) == {"running": 5.0, "waiting": 3.0, "kv_usage": 0.28}
     assert parse_engine(SGLANG).running == 0.0  # read with our names, none of it is there
 
 
@@ -165,7 +173,7 @@ def test_llamacpp_metrics_map_to_ours():
     names = RUNTIMES["llamacpp"].metrics
     s = parse_engine(LLAMACPP, names)
     assert (s.running, s.waiting, s.ttft, s.finished_total) == (4.0, 7.0, {}, 0.0)
-    assert parse_engine_load(LLAMACPP, names) == {"running": 4.0, "waiting": 7.0, "kv_usage": 0.0, "max_num_seqs": 0.0}
+    assert load(LLAMACPP, names) == {"running": 4.0, "waiting": 7.0, "kv_usage": 0.0}
 
 
 def test_vllm_kv_usage_under_its_old_name_and_first_name_wins():
