@@ -173,7 +173,7 @@ class ResourcesSpec(SpecModel):
 
 
 class ReplicasSpec(SpecModel):
-    """Bounds of the autoscaler. `kubectl scale` sets min."""
+    """Bounds of the autoscaler, and the count an external autoscaler sets (`kubectl scale` sets count)."""
 
     RULES: ClassVar = (Rule("self.min <= self.max", "replicas.min must be less than or equal to replicas.max",
                             lambda r: r.min <= r.max),)
@@ -385,7 +385,7 @@ class InferenceServiceSpec(SpecModel):
     """Names of Secrets for pulling the engine and gateway images from a private registry."""
     engine: EngineSpec = _section(EngineSpec, "How each engine replica serves the model.")
     resources: ResourcesSpec = _section(ResourcesSpec, "What each engine replica gets from its node.")
-    replicas: ReplicasSpec = _section(ReplicasSpec, "Bounds of the autoscaler. `kubectl scale` sets min.")
+    replicas: ReplicasSpec = _section(ReplicasSpec, "Bounds of the autoscaler, and the count an external one sets.")
     slo: SLOSpec = _section(SLOSpec, "Latency objective the autoscaler and the gateway keep.")
     autoscaling: AutoscalingSpec = _section(AutoscalingSpec, "Scaling policy.")
     overflow: OverflowSpec = _section(OverflowSpec, "Spill to an external OpenAI-compatible API.")
