@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from floodway.operator.autoscaler.policy import AutoscalerPolicy
 from floodway.operator.runtimes import RUNTIMES
 from floodway.operator.spec.base import Rule, SpecModel
-from pydantic import AfterValidator, Field, WithJsonSchema
+from pydantic import Field, WithJsonSchema
 
 _POLICY = AutoscalerPolicy()  # the autoscaler's tuned defaults are the spec's defaults
 
@@ -22,14 +22,16 @@ Quantity = Annotated[str, Field(pattern=QUANTITY)]
 FreeForm = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})]
 
 
-def _int_or_percent(v: int | str) -> int | str:
-    if isinstance(v, int) and v < 0 or isinstance(v, str) and not (v.endswith("%") and v[:-1].isdigit()):
-        raise ValueError(f"must be a non-negative integer or a percentage such as 25%, got {v!r}")
-    return v
+IntOrPercent = Annotated[int | str, WithJsonSchema({"x-kubernetes-int-or-string": True})]
 
 
-IntOrPercent = Annotated[int | str, AfterValidator(_int_or_percent),
-                         WithJsonSchema({"x-kubernetes-int-or-string": True})]
+def _int_or_percent_cel(field: str) -> str:
+    return (f"(!has(self.{field}) || (type(self.{field}) == string ? self.{field}.matches('^[0-9]+%$') "
+            f": self.{field} >= 0))")
+
+
+def _int_or_percent(v: int | str | None) -> bool:
+    return v is None or (isinstance(v, int) and v >= 0) or (isinstance(v, str) and re.fullmatch(r"[0-9]+%", v))
 
 # Runtimes that cannot shard a model over GPUs: more than one GPU per replica would sit idle, so it is refused.
 SINGLE_GPU_RUNTIMES = tuple(name for name, r in RUNTIMES.items() if r.tensor_parallel_flag is None)
@@ -315,6 +317,11 @@ class StorageSpec(SpecModel):
 
 class RolloutSpec(SpecModel):
     """How the engine Deployment replaces pods on a spec change."""
+
+    RULES: ClassVar = (Rule(f"{_int_or_percent_cel('maxSurge')} && {_int_or_percent_cel('maxUnavailable')}",
+                            "rollout.maxSurge and rollout.maxUnavailable must be non-negative integers or "
+                            "percentages such as 25%",
+                            lambda r: bool(_int_or_percent(r.max_surge) and _int_or_percent(r.max_unavailable))),)
 
     max_surge: IntOrPercent | None = None
     """Extra pods during a rollout. Unset: 0 when the replicas use GPUs (a fixed GPU pool has no spare GPU for
