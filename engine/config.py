@@ -1,33 +1,40 @@
 """Engine configuration (torch-free): one dataclass, validated field by field."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_CPU_KV_BYTES = 512 * 2**20
 
 
+def _setting(default, help: str):
+    # The help is the `floodway engine` flag's (engine/server/cli.py derives one flag per field).
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class EngineConfig:
-    model: str = "floodway/tiny-llama"
-    tokenizer: str | None = None
-    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
-    device: str = "auto"
-    max_model_len: int | None = None  # default: min(model's max positions, 4096)
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    block_size: int = 16
-    gpu_memory_utilization: float = 0.9
-    kv_cache_bytes: int | None = None  # CPU KV budget
-    num_kv_blocks: int | None = None  # explicit override (tests force preemption with it)
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    seed: int = 0
-    served_model_name: str | None = None
-    # Testing/demo knob: each engine step takes at least this many ms more (slept in the serving engine loop's
-    # thread), so tests make capacity scarce by configuration instead of racing the CPU.
-    step_delay_ms: int = 0
-    # TPOT protection: a step that decodes carries only the prefill tokens that keep it within this many ms,
-    # sized from the engine's measured step times (engine/prefill_budget.py). 0: off.
-    tpot_slo_ms: float = 0.0
+    model: str = _setting("floodway/tiny-llama", "Hugging Face id, local folder or built-in name.")
+    tokenizer: str | None = _setting(None, "Tokenizer id or folder (default: the model's).")
+    served_model_name: str | None = _setting(None, "Model name in the API (default: --model).")
+    dtype: str = _setting("auto", "auto (float32 on CPU, bfloat16 on CUDA), float32, float16 or bfloat16.")
+    device: str = _setting("auto", "auto, cpu or cuda[:N].")
+    max_model_len: int | None = _setting(None, "Context length (default: min(model's, 4096)).")
+    max_num_seqs: int = _setting(64, "Most sequences in one batch.")
+    max_num_batched_tokens: int = _setting(2048, "Token budget of one engine step.")
+    block_size: int = _setting(16, "Tokens per KV-cache block.")
+    gpu_memory_utilization: float = _setting(0.9, "Share of GPU memory for weights + KV cache.")
+    kv_cache_bytes: int | None = _setting(None, "KV-cache budget in bytes on CPU.")
+    num_kv_blocks: int | None = _setting(None, "Exact number of KV blocks (overrides the budgets; tests force "
+                                               "preemption with it).")
+    enable_prefix_caching: bool = _setting(True, "Reuse KV blocks of shared prompt prefixes.")
+    enable_chunked_prefill: bool = _setting(True, "Split long prompts across engine steps.")
+    seed: int = _setting(0, "Seed of the engine's sampler.")
+    # Slept in the serving engine loop's thread, so tests make capacity scarce by configuration instead of
+    # racing the CPU.
+    step_delay_ms: int = _setting(0, "Testing/demo knob: each engine step takes at least this many ms more "
+                                     "(slept in the engine thread), making capacity scarce.")
+    # Sized from the engine's measured step times (engine/prefill_budget.py).
+    tpot_slo_ms: float = _setting(0.0, "TPOT protection: while sequences decode, each step carries only the "
+                                       "prefill tokens that keep it within this many ms (0: off).")
 
     def validate(self) -> None:
         """Raises ValueError naming the offending field."""
