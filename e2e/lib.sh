@@ -26,8 +26,10 @@ build_images() {
 }
 
 install_chart() {
-  log "helm install charts/floodway"
+  log "helm install charts/floodway (managing namespace $NS)"
+  kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f -  # the chart puts a Role there
   helm upgrade --install floodway "$REPO/charts/floodway" --namespace floodway-system --create-namespace \
+    --set "watchNamespaces={$NS}" \
     --set "image.repository=${OPERATOR_IMAGE%:*}" --set "image.tag=$TAG" \
     --set "engineImage.repository=${ENGINE_IMAGE%:*}" --set "engineImage.tag=$TAG" --wait --timeout 5m
 }

@@ -3,11 +3,14 @@
 import asyncio
 import logging
 import os
+import re
 import socket
 import sys
 import threading
 
 import typer
+
+NAMESPACE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def quiet_timer(record: logging.LogRecord) -> bool:
@@ -15,11 +18,29 @@ def quiet_timer(record: logging.LogRecord) -> bool:
     return not (record.levelno <= logging.INFO and str(record.msg).startswith("Timer 'autoscale' succeeded"))
 
 
+def watch_scope(namespaces: list[str] | None, all_namespaces: bool) -> list[str]:
+    """The namespaces to manage; [] means all. The choice is explicit, because the RBAC that goes with it differs:
+    a Role per named namespace, or a ClusterRole. Names only: kopf's glob patterns would need namespace listing
+    (cluster-wide) and could match namespaces whose Role the chart never rendered."""
+    namespaces = list(dict.fromkeys(namespaces or []))
+    if all_namespaces and namespaces:
+        raise ValueError("--all-namespaces and --namespace exclude each other")
+    if not all_namespaces and not namespaces:
+        raise ValueError("name the namespaces to manage with --namespace (repeat it), or say --all-namespaces")
+    bad = [n for n in namespaces if not NAMESPACE_NAME.match(n)]
+    if bad:
+        raise ValueError(f"--namespace takes namespace names, not patterns: {', '.join(bad)}")
+    return namespaces
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @app.command()
     def operator(
         namespace: list[str] = typer.Option(None, "--namespace", "-n",
-                                            help="Watch only these namespaces (repeat); default: all."),
+                                            help="Manage InferenceServices in this namespace (repeat)."),
+        all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A",
+                                            help="Manage InferenceServices in every namespace (needs a "
+                                            "ClusterRole; the chart's clusterWide)."),
         kubeconfig: str = typer.Option(None, help="Kubeconfig file (default: in-cluster, then $KUBECONFIG)."),
         context: str = typer.Option(None, help="Kubeconfig context."),
         health_port: int = typer.Option(0, help="Port of /healthz for a liveness probe (0: none; chart: 8080)."),
@@ -34,6 +55,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                         "skips the gateway, e.g. for an operator outside the cluster)."),
     ) -> None:
         """Run the InferenceService operator (kopf): reconcile, autoscale, status and events."""
+        try:
+            namespaces = watch_scope(namespace, all_namespaces)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
         import kopf
         from floodway.operator.controller import handlers  # noqa: F401 (registers the handlers)
         from floodway.operator.controller.health import serve_health
@@ -78,8 +103,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                     loop.call_soon_threadsafe(stop_flag.set)
 
                 threading.Thread(target=elector.keep_renewing, args=(stop, on_lost), daemon=True).start()
-            await kopf.operator(clusterwide=not namespace, namespaces=namespace or (), standalone=True, memo=memo,
-                                stop_flag=stop_flag)
+            # Namespaced, kopf takes the named namespaces as they are and reads the served resources once from
+            # API discovery: no cluster-wide namespace or CRD watch, so the Roles are all the RBAC it needs.
+            settings = kopf.OperatorSettings()
+            settings.scanning.disabled = bool(namespaces)
+            await kopf.operator(clusterwide=not namespaces, namespaces=namespaces, standalone=True, memo=memo,
+                                settings=settings, stop_flag=stop_flag)
 
         try:
             asyncio.run(run())

@@ -239,9 +239,17 @@ def floodway_crd(cluster: Cluster) -> str:
     return "inferenceservices.serving.floodway.io"
 
 
+# The namespaces the test release's operator manages (a Role in each): test_operator's and test_leader's.
+WATCHED_NAMESPACES = ("serving", "leader")
+
+
 @pytest.fixture(scope="session")
 def floodway_release(cluster: Cluster) -> str:
-    """charts/floodway installed with helm (release `floodway` in floodway-system), waited for."""
+    """charts/floodway installed with helm (release `floodway` in floodway-system), waited for, managing
+    WATCHED_NAMESPACES (created first: the chart puts a Role in each)."""
+    for ns in WATCHED_NAMESPACES:
+        cluster.kubectl("create", "namespace", ns)
     cluster.helm("install", "floodway", str(REPO / "charts" / "floodway"), "--namespace", "floodway-system",
-                 "--create-namespace", "--wait", "--timeout", "120s", timeout_s=180)
+                 "--create-namespace", "--set", f"watchNamespaces={{{','.join(WATCHED_NAMESPACES)}}}", "--wait",
+                 "--timeout", "120s", timeout_s=180)
     return "floodway"

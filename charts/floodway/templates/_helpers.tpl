@@ -44,6 +44,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s:%s" (default .Values.image.repository .Values.gatewayImage.repository) (default (default .Chart.AppVersion .Values.image.tag) .Values.gatewayImage.tag) -}}
 {{- end -}}
 
+{{/* The namespaces the operator manages, one per line: watchNamespaces, else the release namespace; none
+     when clusterWide (it then watches all of them through a ClusterRole). */}}
+{{- define "floodway.watchNamespaces" -}}
+{{- if .Values.clusterWide -}}
+{{- if .Values.watchNamespaces -}}
+{{- fail "clusterWide: true manages every namespace; leave watchNamespaces empty" -}}
+{{- end -}}
+{{- else -}}
+{{- join "\n" (default (list .Release.Namespace) .Values.watchNamespaces) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The operator's permissions: only the kinds it renders, plus reading pods/endpoints for scraping.
      No Secrets: pods receive the overflow key through secretKeyRef, which needs no operator access. */}}
 {{- define "floodway.rules" -}}

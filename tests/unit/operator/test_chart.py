@@ -55,7 +55,7 @@ def test_helm_template_validates(helm, sets):
 
 
 def test_rbac_is_least_privilege(helm):
-    for sets in [(), ("watchNamespaces={team-a}",)]:
+    for sets in [(), ("watchNamespaces={team-a}",), ("clusterWide=true",)]:
         roles = [o for o in template(helm, *sets) if o["kind"] in ("ClusterRole", "Role")]
         assert roles
         for role in roles:
@@ -67,8 +67,47 @@ def test_rbac_is_least_privilege(helm):
     assert all(b["roleRef"]["name"] != "cluster-admin" for b in bindings)
 
 
+def where_granted(objs: list[dict]) -> dict[str, set[str]]:
+    """RBAC object kind -> the namespaces it is in ("" for cluster-scoped)."""
+    out: dict[str, set[str]] = {}
+    for o in objs:
+        if o["kind"] in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
+            out.setdefault(o["kind"], set()).add(o["metadata"].get("namespace", ""))
+    return out
+
+
+def operator_args(objs: list[dict]) -> list[str]:
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    return [a for a in dep["spec"]["template"]["spec"]["containers"][0]["args"] if "namespace" in a]
+
+
+def test_rbac_is_namespaced_unless_cluster_wide_is_asked_for(helm):
+    default = template(helm)
+    assert where_granted(default) == {"Role": {"floodway-system"}, "RoleBinding": {"floodway-system"}}
+    assert operator_args(default) == ["--lease-namespace=floodway-system", "--namespace=floodway-system"]
+    teams = template(helm, "watchNamespaces={team-a,team-b}")
+    assert where_granted(teams) == {"Role": {"team-a", "team-b", "floodway-system"},  # + the Lease's Role
+                                    "RoleBinding": {"team-a", "team-b", "floodway-system"}}
+    assert operator_args(teams)[1:] == ["--namespace=team-a", "--namespace=team-b"]
+    wide = template(helm, "clusterWide=true")
+    assert where_granted(wide)["ClusterRole"] == {""} and where_granted(wide)["Role"] == {"floodway-system"}
+    assert operator_args(wide)[1:] == ["--all-namespaces"]
+    crd_read = [r for o in default + teams if o["kind"] == "Role" for r in o["rules"]
+                if "customresourcedefinitions" in r["resources"]]
+    assert not crd_read  # the namespaced operator reads no cluster-scoped object
+
+
+def test_cluster_wide_excludes_a_namespace_list(helm):
+    out = subprocess.run([helm, "template", "fw", str(CHART), "--set", "clusterWide=true", "--set",
+                          "watchNamespaces={team-a}"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "leave watchNamespaces empty" in out.stderr
+    out = subprocess.run([helm, "template", "fw", str(CHART), "--set", "watchNamespaces={team_a}"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "watchNamespaces" in out.stderr
+
+
 def test_operator_rbac_covers_what_it_renders(helm):
-    granted = {(g, r) for o in template(helm) if o["kind"] == "ClusterRole" for rule in o["rules"]
+    granted = {(g, r) for o in template(helm) if o["kind"] == "Role" for rule in o["rules"]
                for g in rule["apiGroups"] for r in rule["resources"] if "create" in rule["verbs"]}
     spec = InferenceServiceSpec(model="m")
     for obj in render(spec, Owner("a", "b", "u"), Images()):
