@@ -1,4 +1,5 @@
-"""The operator's decisions without a cluster: policy mapping, ticks, status, events, pods, lease, paths."""
+"""The operator's decisions without a cluster: policy mapping, ticks, status, events, pods, paths (the lease:
+test_lease.py)."""
 
 import dataclasses
 
@@ -7,7 +8,6 @@ from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState
 from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals
 from floodway.operator.controller.conditions import set_condition, transition_events
 from floodway.operator.controller.kube import object_path
-from floodway.operator.controller.lease import LeaseView, lease_action, micro_time, parse_time, view_of
 from floodway.operator.controller.pods import any_ready, engine_pods, secret_problem
 from floodway.operator.controller.scaling import autoscaler_policy, initial_state, tick
 from floodway.operator.controller.status import Observation, build_status
@@ -139,21 +139,6 @@ def test_secret_problem_from_kubelet_state():
     pods = [pod("g", ready=False, waiting={"reason": "CreateContainerConfigError", "message": msg})]
     assert msg in secret_problem(pods, "overflow-key")
     assert secret_problem(pods, "other") is None and secret_problem([pod("g")], "overflow-key") is None
-
-
-@pytest.mark.parametrize("view, action", [
-    (None, "create"), (LeaseView("me", 100.0, 15), "renew"), (LeaseView("other", 100.0, 15), "wait"),
-    (LeaseView("other", 80.0, 15), "acquire"), (LeaseView(None, None, 15), "acquire"),
-    (LeaseView("", 100.0, 15), "acquire")])
-def test_lease_action(view, action):
-    assert lease_action(view, "me", 100.0) == action
-
-
-def test_lease_times_round_trip():
-    t = 1_790_000_000.123456
-    assert parse_time(micro_time(t)) == pytest.approx(t, abs=1e-6)
-    lease = {"spec": {"holderIdentity": "x", "renewTime": micro_time(t), "leaseDurationSeconds": 20}}
-    assert view_of(lease) == LeaseView("x", pytest.approx(t, abs=1e-6), 20.0)
 
 
 def test_object_paths():
