@@ -3,12 +3,11 @@ transition_events) and write back by server-side apply, status patches and event
 conditions, events and kopf retries with backoff, never a crash of the operator."""
 
 import logging
-import os
 import time
 
 import kopf
 from floodway.operator.controller.conditions import transition_events
-from floodway.operator.controller.kube import KubeError
+from floodway.operator.controller.kube import KubeError, own_namespace
 from floodway.operator.controller.ownership import conflict
 from floodway.operator.controller.pods import any_ready, engine_pods, pod_problems, secret_problem
 from floodway.operator.controller.scaling import initial_state, tick
@@ -24,8 +23,8 @@ from floodway.operator.spec import GROUP, PLURAL, VERSION, SpecError, parse_spec
 
 log = logging.getLogger("floodway.operator")
 TIMER_S = 1.0  # the timer wakes often; each service acts every spec.autoscaling.intervalSeconds
-# Where the operator runs (the chart sets it): the engines' NetworkPolicy admits scrapes from there only.
-OPERATOR_NAMESPACE = os.environ.get("POD_NAMESPACE") or None
+# Where the operator runs: the engines' NetworkPolicy admits scrapes from there only.
+OPERATOR_NAMESPACE = own_namespace()
 
 
 def _publish(body, patch, spec, obs: Observation, generation, owner: Owner) -> None:

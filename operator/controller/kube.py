@@ -2,6 +2,8 @@
 patch by plain dicts and computed paths, so reconcile needs no API discovery and no typed models."""
 
 import json
+import os
+from pathlib import Path
 from urllib.parse import quote
 
 from floodway.operator.spec import PLURAL
@@ -29,6 +31,19 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
     if subresource:
         path += f"/{subresource}"
     return path
+
+
+SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def own_namespace(path: str = SA_NAMESPACE_FILE) -> str | None:
+    """The namespace this process runs in, in a pod (POD_NAMESPACE, else its ServiceAccount's); None outside."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def load_api_client(kubeconfig: str | None = None, context: str | None = None):

@@ -158,3 +158,14 @@ def test_fits_gpu_from_a_shape_in_the_spec():
     assert level == "unchecked" and "PersistentVolumeClaim models" in message and "spec.modelShape" in message
     st = build_status(on_claim, {}, Observation(fit_level=level, fit_message=message), T0, 1, "", "")
     assert conds(st)["FitsGPU"]["status"] == "Unknown" and "modelShape" in conds(st)["FitsGPU"]["message"]
+
+
+def test_own_namespace_from_env_or_the_service_account(tmp_path, monkeypatch):
+    from floodway.operator.controller.kube import own_namespace
+
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    assert own_namespace(str(tmp_path / "absent")) is None
+    (tmp_path / "ns").write_text("floodway-system\n")
+    assert own_namespace(str(tmp_path / "ns")) == "floodway-system"
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
+    assert own_namespace(str(tmp_path / "ns")) == "ops"
