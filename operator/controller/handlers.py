@@ -119,6 +119,8 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
                                                               != decision.replicas)):
         try:
             kube.apply(engine_deployment(parsed, owner, memo.images, decision.replicas))
+        except ValueError:
+            return  # an engine.podTemplate that cannot merge: reconcile reported it as InvalidSpec
         except KubeError as err:
             kopf.event(body, type="Warning", reason="ScaleFailed", message=str(err))
             return  # keep the old state: the next tick tries again
