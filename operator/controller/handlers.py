@@ -57,11 +57,7 @@ def reconcile(body, spec, name, namespace, uid, meta, patch, memo, **_):
     if memo.get("state") is None:
         current = kube.get("apps/v1", "Deployment", namespace, engine_name(owner))
         memo.state = initial_state(current["spec"].get("replicas") if current else None, parsed)
-    try:
-        objs = render(parsed, owner, memo.images, memo.state.replicas, OPERATOR_NAMESPACE)
-    except ValueError as err:  # an engine.podTemplate the merge cannot apply
-        _invalid(body, patch, SpecError(f"spec.engine.podTemplate: {err}"))
-        raise kopf.PermanentError(str(err)) from None
+    objs = render(parsed, owner, memo.images, memo.state.replicas, OPERATOR_NAMESPACE)
     conflicts, foreign = [], set()
     try:
         for obj in objs:
@@ -119,8 +115,6 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
                                                               != decision.replicas)):
         try:
             kube.apply(engine_deployment(parsed, owner, memo.images, decision.replicas))
-        except ValueError:
-            return  # an engine.podTemplate that cannot merge: reconcile reported it as InvalidSpec
         except KubeError as err:
             kopf.event(body, type="Warning", reason="ScaleFailed", message=str(err))
             return  # keep the old state: the next tick tries again

@@ -34,7 +34,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 obj = parse(doc)
                 owner = Owner(obj.metadata.name, obj.metadata.namespace, uid)
                 out += render_objects(obj.spec, owner, Images.from_env(), replicas, operator_namespace)
-            except (SpecError, ValueError) as e:
+            except SpecError as e:
                 typer.echo(f"{filename}: {e}", err=True)
                 raise typer.Exit(1) from None
             level, message = spec_fit(obj.spec)  # what the FitsGPU condition would say

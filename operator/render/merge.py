@@ -35,7 +35,8 @@ def _merge_list(base: list, patch: list, key: str) -> list:
     out = list(base)
     for item in patch:
         if not isinstance(item, dict) or key not in item:
-            raise ValueError(f"each item of a merged list needs its merge key {key!r}: {item!r}")
+            out.append(item)  # no key to match by: added as written (the API server names what is missing)
+            continue
         at = next((i for i, old in enumerate(out) if isinstance(old, dict) and old.get(key) == item[key]), None)
         if item.get("$patch") == "delete":
             if at is not None:
