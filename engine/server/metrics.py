@@ -34,6 +34,8 @@ class _StatsCollector:
             ("vllm:kv_cache_usage_perc", "KV-cache usage: 1 means all blocks are in use.", s.kv_cache_usage),
             ("floodway_kv_free_blocks", "KV-cache blocks free (including cached, evictable ones).", s.num_free_blocks),
             ("floodway_kv_total_blocks", "KV-cache blocks in the pool.", s.num_total_blocks),
+            ("floodway_num_prefill_tokens_waiting", "Prompt tokens queued or admitted whose prefill has not run yet.",
+             s.num_prefill_tokens_waiting),
         ]
         counters = [
             ("vllm:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens_total),

@@ -21,25 +21,27 @@ from prometheus_client.parser import text_string_to_metric_families
 log = logging.getLogger("floodway.gateway")
 
 _INFO = "vllm:cache_config_info"  # capacity as labels; max_num_seqs is ours (vLLM's has the KV labels only)
+_BACKLOG = "floodway_num_prefill_tokens_waiting"  # ours only: prompt tokens not yet prefilled
 
 
 def parse_engine_load(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> dict[str, float]:
-    """{waiting, running, kv_usage, max_num_seqs} from an engine's Prometheus text (the runtime's `names`),
+    """{waiting, running, kv_usage, max_num_seqs, prefill_waiting} from an engine's Prometheus text (the runtime's
+    `names`),
     summed over label sets; absent gauges read 0. Only the lines of these gauges are parsed: engines also
     export many histogram buckets."""
     gauges = names.gauges()
-    wanted = "\n".join(line for line in text.splitlines() if line.startswith((*gauges, _INFO)))
+    wanted = "\n".join(line for line in text.splitlines() if line.startswith((*gauges, _INFO, _BACKLOG)))
     found: dict[str, float] = {}
     max_num_seqs = 0.0
     for family in text_string_to_metric_families(wanted + "\n"):
         for sample in family.samples:
-            if sample.name in gauges:
+            if sample.name in gauges or sample.name == _BACKLOG:
                 found[sample.name] = found.get(sample.name, 0.0) + sample.value
             elif sample.name == _INFO and sample.labels.get("max_num_seqs", "").isdigit():
                 max_num_seqs += float(sample.labels["max_num_seqs"])
     load = {signal: next((found[n] for n in getattr(names, signal) if n in found), 0.0)
             for signal in ("waiting", "running", "kv_usage")}
-    return {**load, "max_num_seqs": max_num_seqs}
+    return {**load, "max_num_seqs": max_num_seqs, "prefill_waiting": found.get(_BACKLOG, 0.0)}
 
 
 async def get_text(session: aiohttp.ClientSession, url: str, timeout: aiohttp.ClientTimeout) -> tuple[int, str]:
@@ -60,6 +62,13 @@ class Backend:
     in_flight_at_scrape: int = 0
     seen_running: float = 0.0  # the most requests ever seen running there
     max_num_seqs: float = 0.0  # the engine's batch capacity (vllm:cache_config_info); 0: not exported
+    prefill_waiting: float = 0.0  # scraped prompt tokens not yet prefilled (0 where the engine does not say)
+    pending_tokens: int = 0  # prompt tokens of the gateway's requests there without a first byte yet
+
+    @property
+    def backlog(self) -> float:
+        """Prompt tokens a request sent now waits behind: the scrape's or the gateway's own, whichever is more."""
+        return max(self.prefill_waiting, float(self.pending_tokens))
 
     @property
     def capacity(self) -> float:
@@ -77,6 +86,7 @@ class PoolTotals:
     ready: int
     waiting: float
     running: float
+    backlog: float = 0.0  # the least prefill backlog among the ready backends
 
 
 class BackendTable:
@@ -96,8 +106,10 @@ class BackendTable:
         return None if chosen is None else self.backends[chosen.id]
 
     def totals(self, exclude: frozenset[str] = frozenset()) -> PoolTotals:
-        loads = [b.load() for b in self.backends.values() if b.ready and b.id not in exclude]
-        return PoolTotals(len(loads), sum(b.waiting for b in loads), sum(b.running for b in loads))
+        ready = [b for b in self.backends.values() if b.ready and b.id not in exclude]
+        loads = [b.load() for b in ready]
+        return PoolTotals(len(loads), sum(b.waiting for b in loads), sum(b.running for b in loads),
+                          min((b.backlog for b in ready), default=0.0))
 
     def mark_unready(self, backend_id: str) -> None:
         """A failed request takes the backend out of rotation until its next good probe."""
@@ -125,7 +137,7 @@ class BackendTable:
         if load is not None:
             b.waiting, b.running, b.kv_usage = load["waiting"], load["running"], load["kv_usage"]
             b.in_flight_at_scrape, b.seen_running = b.in_flight, max(b.seen_running, b.running)
-            b.max_num_seqs = load["max_num_seqs"]
+            b.max_num_seqs, b.prefill_waiting = load["max_num_seqs"], load["prefill_waiting"]
 
     def snapshot(self) -> list[dict]:
         return [{"id": b.id, "url": b.url, "ready": b.ready, "in_flight": b.in_flight, "waiting": b.waiting,

@@ -7,7 +7,8 @@ Inputs of `overflow_decision(pool, policy, request, now)`:
 - `pool` (PoolState): what the gateway knows of the local pool right now: `ready` (ready local replicas
   the request may still go to; the proxy leaves out replicas that already failed this request),
   `waiting` (requests queued on those replicas: scraped `vllm:num_requests_waiting`, refreshed with the
-  gateway's own dispatch counts since the scrape), `predicted_ttft_s` (None when unknown), `held`
+  gateway's own dispatch counts since the scrape), `predicted_ttft_s` (None when unknown: see
+  `predict_ttft_from_backlog`), `held`
   (requests already held in the gateway's queue, not counting this one), and the overflow `budget` and
   `breaker` states.
 - `policy` (OverflowPolicy): the service's overflow settings (thresholds, SLO, budget limits, hold queue).
@@ -225,11 +226,29 @@ def overflow_decision(pool: PoolState, policy: OverflowPolicy, request: RequestI
     return Decision("hold", blocked)
 
 
+def predict_ttft_from_backlog(backlog_tokens: float, prompt_tokens: int,
+                              prefill_tokens_per_s: float | None) -> float | None:
+    """TTFT of a request sent now: the prompt tokens ahead of it on the engine (floodway_num_prefill_tokens_waiting,
+    or the gateway's own requests without a first byte, whichever is more) and its own, at the prefill rate
+    measured on earlier requests (`prefill_rate_sample`), which already includes the decodes sharing the
+    engine's steps. None until a rate has been measured. The default prediction of the gateway."""
+    if not prefill_tokens_per_s:
+        return None
+    return (backlog_tokens + prompt_tokens) / prefill_tokens_per_s
+
+
+def prefill_rate_sample(backlog_tokens: float, prompt_tokens: int, ttft_s: float) -> float | None:
+    """The prefill rate one answered request shows: the tokens that were ahead of it and its own, over the
+    time to its first byte (for a non-streaming answer, its whole latency: the estimate errs slow)."""
+    return (backlog_tokens + prompt_tokens) / ttft_s if ttft_s > 0 and prompt_tokens > 0 else None
+
+
 def predict_ttft_s(waiting_per_ready: float, running_per_ready: float, mean_e2e_s: float | None,
                    base_ttft_s: float) -> float | None:
-    """TTFT of a request sent now: its own prefill time plus the wait for the queue ahead of it to start.
-    Queued requests start as running ones finish, so a replica drains `running / mean e2e latency`
-    requests per second (Little's law); None until a latency has been observed."""
+    """The former prediction, kept for the simulator's comparison (`--no-prefill-backlog-ttft`): its own prefill
+    time plus the wait for the queue ahead of it to start. Queued requests start as running ones finish, so a
+    replica drains `running / mean e2e latency` requests per second (Little's law); None until a latency
+    has been observed. It misses bursts of long prompts, which add no requests but many prefill tokens."""
     if mean_e2e_s is None or mean_e2e_s <= 0:
         return None
     return base_ttft_s + waiting_per_ready * mean_e2e_s / max(running_per_ready, 1.0)

@@ -32,9 +32,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         waiting_includes_prefill: bool = typer.Option(False, "--waiting-includes-prefill",
                                                       help="The gateway counts requests still in prefill as "
                                                            "waiting (for its overflow rule)."),
-        prefill_backlog_ttft: bool = typer.Option(False, "--prefill-backlog-ttft",
+        prefill_backlog_ttft: bool = typer.Option(True, "--prefill-backlog-ttft/--no-prefill-backlog-ttft",
                                                   help="The gateway predicts TTFT from the prefill tokens ahead "
-                                                       "of the request on the replica it picks."),
+                                                       "of the request (the gateway's rule); --no-: from waiting "
+                                                       "counts and mean latency (the former rule)."),
         prefill_budget: bool = typer.Option(True, "--prefill-budget/--no-prefill-budget",
                                             help="Replicas budget each step's prefill to keep the TPOT SLO "
                                                  "(the engine's --tpot-slo-ms, set by the operator)."),

@@ -34,10 +34,10 @@ class SimConfig:
     # The gateway's PoolState.waiting: engines' waiting queues only (as scraped), or also the requests still in
     # prefill (the gateway knows its own requests without a first byte): those delay TTFT just as much.
     waiting_includes_prefill: bool = False
-    # The gateway's predicted TTFT: from waiting counts and its end-to-end latency average (as the gateway
-    # does today), or from the prefill tokens ahead of the request on the replica it would pick (the gateway
-    # knows the prompt tokens of its own requests still without a first byte on each backend).
-    ttft_from_prefill_backlog: bool = False
+    # The gateway's predicted TTFT: from the prefill tokens ahead of the request on the replica it would pick
+    # (as the gateway does: engines export floodway_num_prefill_tokens_waiting), or from waiting counts and
+    # an end-to-end latency average (the former gateway's rule, for comparison).
+    ttft_from_prefill_backlog: bool = True
     # TPOT protection in the replicas (the engine's --tpot-slo-ms at the TPOT SLO, as the operator renders it).
     prefill_budget: bool = True
 

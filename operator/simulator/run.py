@@ -36,7 +36,7 @@ class Options:
     overflow_ttft_factor: float | None = None  # None: TTFT_FACTOR of the gateway's prediction
     overflow_rpm: float | None = None
     waiting_includes_prefill: bool = False
-    ttft_from_prefill_backlog: bool = False
+    ttft_from_prefill_backlog: bool = True
     prefill_budget: bool = True
     scale_to_zero_s: float | None = None
     overflow_share: float = 0.0

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 IDLE = EngineStats(num_running=0, num_waiting=0, num_free_blocks=2048, num_total_blocks=2048, kv_cache_usage=0.0,
                    prompt_tokens_total=0, generation_tokens_total=0, num_preemptions_total=0,
                    prefix_cache_queries_total=0, prefix_cache_hits_total=0, block_size=16, max_num_seqs=64,
-                   max_num_batched_tokens=2048)
+                   max_num_batched_tokens=2048, num_prefill_tokens_waiting=0)
 POLICY = OverflowPolicy(enabled=True, max_waiting_per_replica=4.0, ttft_slo_s=0.5)
 
 
@@ -77,3 +77,12 @@ async def test_without_the_capacity_info_the_gateway_learns_capacity_from_the_lo
     e = table.backends["e"]
     e.max_num_seqs, e.seen_running = 0.0, 4.0
     assert _burst(table, 150).count("local") == 4 + 4
+
+
+async def test_the_prefill_backlog_is_read_from_the_scrape_and_raised_by_the_gateways_own_requests():
+    busy = EngineStats(**{**vars(IDLE), "num_prefill_tokens_waiting": 6000})
+    table = await _scraped_table(busy)
+    e = table.backends["e"]
+    assert e.prefill_waiting == 6000 and table.totals().backlog == 6000
+    e.pending_tokens = 9000  # sent since the scrape, no first byte yet
+    assert table.totals().backlog == 9000

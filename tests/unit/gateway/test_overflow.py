@@ -15,7 +15,9 @@ from floodway.operator.gateway.overflow import (
     budget_take,
     budget_wait_s,
     overflow_decision,
+    predict_ttft_from_backlog,
     predict_ttft_s,
+    prefill_rate_sample,
 )
 
 pytestmark = pytest.mark.unit
@@ -124,3 +126,16 @@ def test_predict_ttft():
     assert predict_ttft_s(4, 2, 1.0, 0.1) == pytest.approx(2.1)
     assert predict_ttft_s(4, 0, 1.0, 0.1) == pytest.approx(4.1)
     assert predict_ttft_s(4, 2, None, 0.1) is None
+
+
+def test_predict_ttft_from_the_prefill_backlog_at_the_measured_rate():
+    assert predict_ttft_from_backlog(6000, 2000, None) is None  # no rate measured yet: no TTFT trigger
+    assert predict_ttft_from_backlog(6000, 2000, 10_000.0) == pytest.approx(0.8)
+    # A burst of long prompts adds few requests but many tokens: the queue-depth rule sees 2 waiting, the
+    # backlog shows the 0.5 s SLO missed.
+    pool = PoolState(ready=1, waiting=2, predicted_ttft_s=predict_ttft_from_backlog(2 * 4000, 2000, 10_000.0))
+    d = overflow_decision(pool, OverflowPolicy(enabled=True, ttft_slo_s=0.5), RequestInfo(2100, 0.0), 0.0)
+    assert (d.target, d.reason) == ("overflow", "predicted_ttft")
+    # The rate a request shows: the tokens ahead of it and its own over its time to first byte.
+    assert prefill_rate_sample(6000, 2000, 0.8) == pytest.approx(10_000.0)
+    assert prefill_rate_sample(6000, 0, 0.8) is None and prefill_rate_sample(6000, 10, 0.0) is None
