@@ -155,7 +155,7 @@ def create_app(config: GatewayConfig):
         """Backends and overflow state; holds no secret (the key is never part of the state)."""
         g: Gateway = app.state.gateway
         return JSONResponse({"backends": table.snapshot(), "held": g.held, "breaker": vars(g.breaker),
-                             "budget": vars(g.budget), "mean_e2e_s": g.mean_e2e_s, "base_ttft_s": g.base_ttft_s,
+                             "budget": vars(g.budget), "prefill_tokens_per_s": g.prefill_rate,
                              "overflow": config.overflow.model_dump(exclude={"api_key_env", "api_key_file"})})
 
     read_headers = {b"authorization", config.opt_out_header.lower().encode("latin-1")}  # all the hot path reads

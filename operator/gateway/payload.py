@@ -25,11 +25,16 @@ def _text_chars(payload: dict) -> int:
     return chars
 
 
+def estimate_prompt_tokens(payload: dict) -> int:
+    """Prompt tokens: characters / 4, rounded up."""
+    return -(-_text_chars(payload) // CHARS_PER_TOKEN)
+
+
 def estimate_tokens(payload: dict) -> int:
-    """Prompt tokens (characters / 4, rounded up) plus the completion tokens the request may use."""
+    """Prompt tokens plus the completion tokens the request may use."""
     limit = payload.get("max_completion_tokens") or payload.get("max_tokens") or DEFAULT_MAX_TOKENS
     limit = limit if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_TOKENS
-    return -(-_text_chars(payload) // CHARS_PER_TOKEN) + limit
+    return estimate_prompt_tokens(payload) + limit
 
 
 def error_body(message: str, type_: str, code: str | None = None) -> dict:

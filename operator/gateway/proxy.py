@@ -32,9 +32,16 @@ from floodway.operator.gateway.overflow import (
     budget_refill,
     budget_take,
     overflow_decision,
-    predict_ttft_s,
+    predict_ttft_from_backlog,
+    prefill_rate_sample,
 )
-from floodway.operator.gateway.payload import error_body, estimate_tokens, overflow_body, sse_error_event
+from floodway.operator.gateway.payload import (
+    error_body,
+    estimate_prompt_tokens,
+    estimate_tokens,
+    overflow_body,
+    sse_error_event,
+)
 from floodway.operator.gateway.secrets import ApiKey
 from floodway.operator.gateway.upstream import RemoteResponse, UpstreamClient, UpstreamError
 from floodway.operator.gateway.upstream import Response as EngineResponse
@@ -86,8 +93,7 @@ class Gateway:
         self.api_key = ApiKey(config.overflow.api_key_env, config.overflow.api_key_file)
         self.budget, self.breaker = BudgetState(), BreakerState()
         self.held = 0
-        self.mean_e2e_s: float | None = None  # local requests, for the TTFT prediction
-        self.base_ttft_s = 0.0  # first-byte time of local requests sent to a backend with no queue
+        self.prefill_rate: float | None = None  # prompt tokens/s local engines showed (EWMA), for predicted TTFT
         self._wake = asyncio.Event()
         self._counters: dict[tuple[str, str], object] = {}  # prometheus children by labels (labels() is slow)
         self._opt_out_header = config.opt_out_header.lower()
@@ -100,11 +106,9 @@ class Gateway:
         self._wake.set()
         self._wake = asyncio.Event()
 
-    def pool_state(self, exclude: frozenset[str], held_self: bool) -> PoolState:
+    def pool_state(self, exclude: frozenset[str], held_self: bool, prompt_tokens: int) -> PoolState:
         t = self.table.totals(exclude)
-        predicted = None
-        if t.ready:
-            predicted = predict_ttft_s(t.waiting / t.ready, t.running / t.ready, self.mean_e2e_s, self.base_ttft_s)
+        predicted = predict_ttft_from_backlog(t.backlog, prompt_tokens, self.prefill_rate) if t.ready else None
         return PoolState(t.ready, t.waiting, predicted, self.held - held_self, self.budget, self.breaker)
 
     def update_gauges(self) -> None:
@@ -136,14 +140,14 @@ class Gateway:
             return JSONResponse(error_body(f"model {payload.get('model')!r} does not exist; served: {served}",
                                            "invalid_request_error", "model_not_found"), 404)
         opt_out = headers.get(self._opt_out_header, "").lower() not in ("", "0", "false", "no")
-        info = RequestInfo(estimate_tokens(payload), self.clock(), opt_out)
+        info, prompt = RequestInfo(estimate_tokens(payload), self.clock(), opt_out), estimate_prompt_tokens(payload)
         stream = bool(payload.get("stream"))
         tried: frozenset[str] = frozenset()
         held_since = None
         try:
             while True:
                 now = self.clock()
-                decision = overflow_decision(self.pool_state(tried, info.held), self.policy, info, now)
+                decision = overflow_decision(self.pool_state(tried, info.held, prompt), self.policy, info, now)
                 if decision.target in ("local", "overflow") and held_since is not None:  # leaves the queue
                     self.metrics.hold_seconds.observe(now - held_since)
                     held_since, info = None, replace(info, held=False)
@@ -152,7 +156,7 @@ class Gateway:
                 if decision.target == "local":
                     backend = self.table.pick(tried)
                     try:
-                        return await self._local(backend, path, body, stream, t0)
+                        return await self._local(backend, path, body, stream, t0, prompt)
                     except _Failed:
                         tried, info, t0 = tried | {backend.id}, replace(info, local_failed=True), None
                 elif decision.target == "overflow":
@@ -187,23 +191,29 @@ class Gateway:
                 self.metrics.held.set(self.held)
 
     # -- attempts ------------------------------------------------------------------------------------
-    async def _local(self, backend, path: str, body: bytes, stream: bool, t0: float | None) -> Answer:
-        waiting_at_dispatch = backend.load().waiting
+    async def _local(self, backend, path: str, body: bytes, stream: bool, t0: float | None, prompt: int) -> Answer:
+        backlog = backend.backlog  # prompt tokens ahead of this one there
         backend.in_flight += 1
+        backend.pending_tokens += prompt
+        pending = [prompt]  # released at the first byte, or when the attempt ends without one
         sent = time.perf_counter()
         if t0 is not None:
             self.metrics.added_latency.observe(sent - t0)
 
+        def release() -> None:
+            backend.pending_tokens -= pending.pop() if pending else 0
+
         def done(ok: bool) -> None:
             backend.in_flight -= 1
-            if ok:
-                e2e = time.perf_counter() - sent
-                self.mean_e2e_s = e2e if self.mean_e2e_s is None else (1 - _EWMA) * self.mean_e2e_s + _EWMA * e2e
+            release()
             self.notify()
 
-        def first_byte() -> None:
-            if waiting_at_dispatch == 0:
-                self.base_ttft_s = (1 - _EWMA) * self.base_ttft_s + _EWMA * (time.perf_counter() - sent)
+        def first_byte(status: int) -> None:
+            release()
+            rate = prefill_rate_sample(backlog, prompt, time.perf_counter() - sent) if status < 400 else None
+            old = self.prefill_rate
+            if rate is not None:
+                self.prefill_rate = rate if old is None else (1 - _EWMA) * old + _EWMA * rate
 
         try:
             return await self._send(self.local.post(backend.url, path, body), stream, backend.id, done, first_byte)
@@ -231,7 +241,7 @@ class Gateway:
             self.metrics.added_latency.observe(time.perf_counter() - t0)
         url = o.base_url.rstrip("/") + path.removeprefix("/v1")
         return await self._send(self._post_remote(url, overflow_body(payload, o.model), headers), stream, "overflow",
-                                lambda ok: self.notify(), lambda: self._breaker_result(True))
+                                lambda ok: self.notify(), lambda status: self._breaker_result(True))
 
     async def _post_remote(self, url: str, body: bytes, headers: dict) -> RemoteResponse:
         return RemoteResponse(await self.remote.post(url, data=body, headers=headers, timeout=self._remote_timeout))
@@ -242,8 +252,8 @@ class Gateway:
 
     async def _send(self, request, stream: bool, backend_id: str, done, first_byte) -> Answer:
         """Awaits one attempt (`request` sends it and returns its response once the head arrived). Raises
-        _Failed while nothing went to the client; `done(ok)` runs once when the attempt is over, `first_byte()`
-        when the backend's answer is known good."""
+        _Failed while nothing went to the client; `done(ok)` runs once when the attempt is over,
+        `first_byte(status)` when the backend's answer is known good."""
         overflow = backend_id == "overflow"
         retryable = _API_FAILURE if overflow else _RETRYABLE
         response: EngineResponse | RemoteResponse | None = None
@@ -274,7 +284,7 @@ class Gateway:
                 self._breaker_result(False)
             done(False)
             raise
-        first_byte()
+        first_byte(response.status)
         if not stream or response.status >= 400:
             response.close()
             ok = response.status < 400
