@@ -1,19 +1,17 @@
 """`floodway bench serve` helpers: guidellm's command line (pure) and its own virtual environment.
 
-guidellm pins libraries that conflict with ours (click ~= 8.4 today), so it lives in a venv of its own.
-That venv sees the calling environment's packages through a .pth file, so torch and transformers are
-shared instead of downloaded again, while guidellm's own pins take precedence in its site-packages.
+guidellm pins libraries that conflict with ours (click ~= 8.4 today), so it lives in a venv of its own
+(floodway.operator.toolvenv), which shares torch and transformers with the calling environment.
 """
 
 import os
-import subprocess
-import sys
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from floodway.operator.toolvenv import CACHE, ensure_tool
+
 GUIDELLM_VERSION = "0.8.1"
-DEFAULT_VENV = Path(os.environ.get("FLOODWAY_CACHE", Path.home() / ".cache" / "floodway")) / "venv-guidellm"
+DEFAULT_VENV = CACHE / "venv-guidellm"
 
 
 @dataclass(frozen=True)
@@ -70,14 +68,4 @@ def guidellm_env() -> dict[str, str]:
 
 def ensure_guidellm(venv: Path, version: str = GUIDELLM_VERSION, log=print) -> str:
     """Returns the guidellm executable, creating its venv (overlaying this environment) if needed."""
-    exe = venv / "bin" / "guidellm"
-    if exe.exists():
-        return str(exe)
-    log(f"installing guidellm=={version} into {venv} (once)")
-    subprocess.run([sys.executable, "-P", "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    purelib = subprocess.run([str(py), "-P", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "floodway-overlay.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([str(py), "-P", "-m", "pip", "install", "-q", f"guidellm=={version}"], check=True)
-    return str(exe)
+    return ensure_tool(venv, f"guidellm=={version}", "guidellm", log)
