@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 import yaml
+from floodway.operator.controller.kube import PLURALS
 from floodway.operator.crdgen.files import REPO_ROOT
 from floodway.operator.render import Images, Owner, render
 from floodway.operator.spec import InferenceServiceSpec
@@ -112,7 +113,15 @@ def test_operator_rbac_covers_what_it_renders(helm):
     spec = InferenceServiceSpec(model="m")
     for obj in render(spec, Owner("a", "b", "u"), Images()):
         group = obj["apiVersion"].rpartition("/")[0]
-        assert (group, obj["kind"].lower() + "s") in granted or (group, "poddisruptionbudgets") in granted
+        assert (group, PLURALS[obj["kind"]]) in granted, obj["kind"]
+
+
+def test_operator_may_read_what_it_checks_but_no_secret(helm):
+    # Claims are read (StorageAvailable); Secrets never: a missing one shows in the pods' waiting reasons.
+    reads = {(g, r) for o in template(helm) if o["kind"] == "Role" for rule in o["rules"]
+             for g in rule["apiGroups"] for r in rule["resources"] if {"get", "list"} <= set(rule["verbs"])}
+    assert {("", "persistentvolumeclaims"), ("", "pods"), ("networking.k8s.io", "networkpolicies")} <= reads
+    assert not any(r == "secrets" for _, r in reads)
 
 
 def test_operator_deployment_is_hardened(helm):
