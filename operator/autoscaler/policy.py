@@ -2,7 +2,11 @@
 
 Demand is the concurrency the service must hold: requests running and waiting on the engines, held in the
 gateway, and the concurrency sent to the overflow API (overflow rate x observed service time, Little's law),
-so overflow is paid back by local replicas instead of hiding the shortage. Replicas are sized so that each
+so overflow is paid back by local replicas instead of hiding the shortage. With `prefill_tokens_per_s` (a
+replica's prefill rate, from the engine profile) demand is also counted in tokens: the prompt tokens/s
+arriving, over `prefill_target` of a replica's rate, in the same units (one replica's worth is
+`target_concurrency`), and the larger of the two counts. A stream of 2k-token prompts with 13-token answers
+barely moves the requests in flight but fills the replicas' prefill. Replicas are sized so that each
 holds at most `target_concurrency` (and KV usage at most `kv_target`):
 - scale up on the demand averaged over `scale_up_window_s`, at most `max_step_up` replicas per decision;
 - SLO feedback: attainment below target while requests queue or overflow adds a replica (when none is
@@ -55,6 +59,8 @@ class AutoscalerPolicy:
     overflow_share: float = 0.0  # share of requests the policy may leave to the overflow API (0: pay all back)
     overflow_budget_window_s: float = 1800.0  # horizon of the spent-share estimate
     slo_noise_z: float = 1.0  # SLO feedback needs attainment this many standard errors below target
+    prefill_tokens_per_s: float = 0.0  # a replica's prefill rate (0: demand in requests only)
+    prefill_target: float = 0.5  # share of that rate a replica is sized to carry
 
     def __post_init__(self):
         problems = []
@@ -62,13 +68,15 @@ class AutoscalerPolicy:
             problems.append(f"need 0 <= min_replicas <= max_replicas and max_replicas >= 1 "
                             f"(got {self.min_replicas}, {self.max_replicas})")
         for name in ("interval_s", "target_concurrency", "kv_target", "panic_threshold", "scale_down_utilization",
-                     "assumed_request_s"):
+                     "assumed_request_s", "prefill_target"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0")
         if self.max_step_up < 1 or self.max_step_down < 1:
             problems.append("max_step_up and max_step_down must be >= 1")
         if not 0 <= self.overflow_share < 1:
             problems.append("overflow_share must be in [0, 1)")
+        if self.prefill_tokens_per_s < 0:
+            problems.append("prefill_tokens_per_s must be >= 0")
         if self.slo_noise_z < 0:
             problems.append("slo_noise_z must be >= 0")
         if self.overflow_budget_window_s <= 0:
@@ -123,10 +131,19 @@ def service_time(signals: Signals, assumed_request_s: float) -> float:
     return assumed_request_s
 
 
-def demand_of(signals: Signals, assumed_request_s: float) -> float:
-    """Concurrency the service holds: on the engines, held in the gateway, and overflowed (Little's law)."""
-    return signals.total_running + signals.total_waiting + signals.held + \
-        signals.overflow_rate * service_time(signals, assumed_request_s)
+def token_demand(signals: Signals, p: "AutoscalerPolicy") -> float:
+    """The prompt tokens/s arriving, in replicas' worth of concurrency (0 without a prefill rate)."""
+    if not p.prefill_tokens_per_s:
+        return 0.0
+    return signals.prompt_token_rate / (p.prefill_tokens_per_s * p.prefill_target) * p.target_concurrency
+
+
+def demand_of(signals: Signals, p: "AutoscalerPolicy") -> float:
+    """Concurrency the service holds: on the engines, held in the gateway, and overflowed (Little's law);
+    or its prompt tokens' worth, when that is more."""
+    held = signals.total_running + signals.total_waiting + signals.held + \
+        signals.overflow_rate * service_time(signals, p.assumed_request_s)
+    return max(held, token_demand(signals, p))
 
 
 def spend(state: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float) -> ScalerState:
@@ -150,10 +167,10 @@ def sizing_of(signals: Signals, p: AutoscalerPolicy, allow: float) -> float:
     their ready capacity plus the overflowed concurrency beyond the allowed share."""
     service_s = service_time(signals, p.assumed_request_s)
     if p.overflow_share == 0:
-        return demand_of(signals, p.assumed_request_s)
+        return demand_of(signals, p)
     local = min(signals.total_running + signals.total_waiting, signals.ready * p.target_concurrency)
     excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate) * service_s
-    return local + signals.held + excess
+    return max(local + signals.held + excess, token_demand(signals, p) * (1 - allow))
 
 
 def service_attainment(signals: Signals, p: AutoscalerPolicy) -> float | None:
@@ -178,7 +195,7 @@ def short_of_slo(signals: Signals, p: AutoscalerPolicy) -> bool:
 def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: float) -> Decision:
     p, cur = policy, state.replicas
     signals = replace(signals, attainment=service_attainment(signals, p))
-    demand = demand_of(signals, p.assumed_request_s)
+    demand = demand_of(signals, p)
     busy = demand > 0 or signals.arrival_rate > 0
     last_busy = now if busy else state.last_busy
     keep = max(p.scale_down_stabilization_s, p.scale_up_window_s)

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 GW_REQUESTS = "floodway_gateway_requests_total"  # attempts by backend and outcome; "retried" ones are re-sent
 GW_OVERFLOW = "floodway_gateway_overflow_total"  # requests sent to the overflow API, by trigger
 GW_HELD = "floodway_gateway_hold_queue_depth"  # requests held in the gateway's queue now
+PROMPT_TOKENS = "vllm:prompt_tokens_total"  # prompt tokens the engine received (vLLM and ours)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class Signals:
     goodput: float = 0.0  # finished requests/s meeting the SLO
     overflow_rate: float = 0.0  # requests/s sent to the overflow API
     window_s: float = 0.0
+    # Prompt tokens/s reaching the service: the engines' received, scaled up by the share that overflowed
+    # (taken to have the local requests' mean prompt). Demand in tokens, which request counts miss.
+    prompt_token_rate: float = 0.0
 
     @property
     def total_running(self) -> float:
@@ -55,6 +59,7 @@ class EngineSample:
     tpot: Mapping[float, float] = field(default_factory=dict)
     tpot_per_request: bool = True  # False: tpot holds per-token inter-token latencies
     finished_total: float = 0.0  # vllm:request_success_total over all finish reasons
+    prompt_tokens_total: float = 0.0  # vllm:prompt_tokens_total
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,7 @@ def parse_engine(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> E
         tpot=tpot if tpot is not None else first(buckets, names.itl, {}),
         tpot_per_request=tpot is not None,
         finished_total=first(values, names.finished, 0.0),
+        prompt_tokens_total=values.get(PROMPT_TOKENS, 0.0),
     )
 
 
@@ -147,10 +153,11 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
     dt = new.time - old.time
     if dt <= 0:
         raise ValueError(f"scrapes must be in time order (window {dt:.3f} s)")
-    finished = ttft_ok = ttft_all = tpot_ok = tpot_all = 0.0
+    finished = ttft_ok = ttft_all = tpot_ok = tpot_all = prompt = 0.0
     for name, eng in new.engines.items():
         prev = old.engines.get(name)
         finished += _delta(eng.finished_total, prev.finished_total if prev else 0.0)
+        prompt += _delta(eng.prompt_tokens_total, prev.prompt_tokens_total if prev else 0.0)
         w, n = share_within(_hist_delta(eng.ttft, prev.ttft if prev else None), ttft_slo_s)
         ttft_all += n
         ttft_ok += w
@@ -176,4 +183,5 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         kv_usage=tuple(e.kv_usage for e in engines), held=gw_new.held if gw_new else 0.0,
         arrival_rate=arrivals / dt, finished_rate=finished / dt, attainment=attainment,
         goodput=(attainment or 0.0) * finished / dt, overflow_rate=overflow / dt, window_s=dt,
+        prompt_token_rate=prompt / dt * (arrivals / (arrivals - overflow) if arrivals > overflow else 1.0),
     )

@@ -7,7 +7,7 @@ policy. Two families are swept: a pool one or two replicas below static peak wit
 a fixed rate per replica, asked for a cold start ahead (larger pools). The least replica-hours among the
 schedules meeting the targets bounds what any policy could reach on that trace.
 Run: `python -P -m floodway.operator.simulator.bound [scenario] [--compress F] [--seed N]
-[--waiting-includes-prefill] [--prefill-backlog-ttft] [--overflow-ttft-factor X]`.
+[--waiting-includes-prefill] [--no-prefill-backlog-ttft] [--overflow-ttft-factor X]`.
 """
 
 import math
@@ -97,6 +97,16 @@ def meets(s: Summary, share: float) -> bool:
     return s.attainment >= ATTAINMENT and s.overflow_share <= MAX_OVERFLOW and share <= TARGET_SHARE
 
 
+def schedules(trace: list[Request], peak: int, lead_s: float) -> list[tuple[str, Schedule]]:
+    return near_peak(peak, trace[-1].arrival_s) + rate_following(trace, peak, lead_s)
+
+
+def best_schedule(results: list[tuple[str, Summary]]) -> tuple[str, Summary] | None:
+    """The schedule with the least replica-hours at >= 99% attainment and <= 5% overflow, or None."""
+    ok = [(n, s) for n, s in results if s.attainment >= ATTAINMENT and s.overflow_share <= MAX_OVERFLOW]
+    return min(ok, key=lambda x: x[1].replica_hours, default=None)
+
+
 def main(argv: list[str]) -> None:
     import argparse
 
@@ -107,12 +117,12 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--compress", type=float, help="replay the trace this many times faster (default: the scenario's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--waiting-includes-prefill", action="store_true")
-    ap.add_argument("--prefill-backlog-ttft", action="store_true")
+    ap.add_argument("--no-prefill-backlog-ttft", action="store_true")
     ap.add_argument("--overflow-ttft-factor", type=float)
     a = ap.parse_args(argv)
     opts = Options(scenario=a.scenario, compress=a.compress, seed=a.seed,
                    waiting_includes_prefill=a.waiting_includes_prefill, overflow_ttft_factor=a.overflow_ttft_factor,
-                   ttft_from_prefill_backlog=a.prefill_backlog_ttft)
+                   ttft_from_prefill_backlog=not a.no_prefill_backlog_ttft)
     trace, cfg, ours, _, title = prepare(opts)
     peak = size(trace, cfg, ours.slo_attainment).static_peak
     peak_hours = peak * trace[-1].arrival_s / 3600.0
@@ -120,17 +130,17 @@ def main(argv: list[str]) -> None:
     print(f"{title}: {trace[-1].arrival_s / 60:.1f} min, "
           f"static peak {peak} replicas ({peak_hours:.3f} replica-hours)")
     print("| schedule | SLO attainment | overflow | replica-hours | vs static peak |\n|---|---|---|---|---|")
-    best = None
-    for name, schedule in near_peak(peak, trace[-1].arrival_s) + rate_following(trace, peak, cfg.cold_start_s):
+    results = []
+    for name, schedule in schedules(trace, peak, cfg.cold_start_s):
         s = run_schedule(trace, schedule, cfg)
+        results.append((name, s))
         share = s.replica_hours / peak_hours
-        ok = s.attainment >= ATTAINMENT and s.overflow_share <= MAX_OVERFLOW
-        if ok and (best is None or share < best[1]):
-            best = (name, share)
         print(f"| {name} | {s.attainment:.2%} | {s.overflow_share:.2%} | {s.replica_hours:.3f} | {share:.1%}"
               f"{' (meets)' if meets(s, share) else ''} |")
+    best = best_schedule(results)
     print("least replica-hours at >= 99% attainment and <= 5% overflow: " +
-          (f"{best[1]:.1%} of static peak ({best[0]})" if best else "none of these schedules"))
+          (f"{best[1].replica_hours / peak_hours:.1%} of static peak ({best[0]})" if best else
+           "none of these schedules"))
 
 
 if __name__ == "__main__":

@@ -45,12 +45,16 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: the vendored data/traces)."),
         seed: int = typer.Option(0, help="Seed of synthetic traces."),
+        sweep: bool = typer.Option(False, "--sweep", help="Our policy vs the clairvoyant bound, HPA, KEDA and KPA "
+                                                          "over the trace family and seeds 0..4, one table."),
+        scenarios: str = typer.Option(None, help="With --sweep: a comma list of the family's scenarios only."),
+        seeds: int = typer.Option(5, help="With --sweep: seeds 0..N-1 of the seeded scenarios."),
     ) -> None:
         """Simulate policies on a trace: SLO attainment, goodput, TTFT, replica-hours, overflow, scale events."""
         from floodway.operator.simulator.run import Options, run_cli
 
         try:
-            out = run_cli(Options(
+            opts = Options(
                 trace=trace, scenario=scenario, policies=list(policy or []) or list(DEFAULT_POLICIES),
                 overflow=overflow, png=png, compress=compress, profile=profile, max_num_seqs=max_num_seqs,
                 cold_start_s=cold_start, ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo, attainment=attainment,
@@ -59,7 +63,19 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 waiting_includes_prefill=waiting_includes_prefill, scale_to_zero_s=scale_to_zero,
                 ttft_from_prefill_backlog=prefill_backlog_ttft, prefill_budget=prefill_budget,
                 overflow_share=overflow_share,
-                static_peak=static_peak, traces_dir=traces_dir, seed=seed))
+                static_peak=static_peak, traces_dir=traces_dir, seed=seed)
+            if sweep:
+                from floodway.operator.simulator import sweep as sw
+
+                family = tuple(scenarios.split(",")) if scenarios else sw.FAMILY
+                unknown = set(family) - set(sw.FAMILY)
+                if unknown:
+                    raise ValueError(f"not in the family: {sorted(unknown)}; choose from {', '.join(sw.FAMILY)}")
+                typer.echo(sw.HEADER)
+                for row in sw.rows(opts, range(seeds), family):
+                    typer.echo(sw.render(row))  # row by row: a sweep takes minutes
+                return
+            out = run_cli(opts)
         except (ValueError, FileNotFoundError) as e:
             raise typer.BadParameter(str(e)) from None
         typer.echo(out)

@@ -1,6 +1,11 @@
 """The discrete-event simulation of one InferenceService: gateway (the real overflow rule), replicas with
 cold starts, and an autoscaler ticking on its interval. Deterministic: no randomness after the trace.
 
+The autoscaler sees what it sees in production: each replica keeps the counters and histograms an engine
+exports (TTFT and per-request TPOT with the engine's buckets, finished requests, prompt tokens), the gateway
+its request and overflow counters, and each tick builds the same Scrape objects the operator builds and
+derives its Signals through the same `signals_between` (window: the time since the previous tick).
+
 Overflowed requests are served by the external API with a fixed TTFT and TPOT (SimConfig), and count
 toward SLO attainment with those latencies. Replica-hours count a replica from its start (cold start
 included) to the end of its drain, up to the last arrival of the trace.
@@ -10,11 +15,13 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from floodway.engine.server.metrics import ITL_BUCKETS, TTFT_BUCKETS
 from floodway.operator.autoscaler.policy import ScalerState
-from floodway.operator.autoscaler.signals import Signals
+from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals, signals_between
+from floodway.operator.controller.scaling import instant_signals
 from floodway.operator.gateway import overflow as ov
 from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
 from floodway.operator.simulator.traces import Request
@@ -29,7 +36,6 @@ class SimConfig:
     overflow: ov.OverflowPolicy = field(default_factory=ov.OverflowPolicy)  # enabled=False: no overflow
     external_ttft_s: float = 0.4
     external_tpot_s: float = 0.03
-    signal_window_s: float = 30.0
     sample_s: float = 10.0
     # The gateway's PoolState.waiting: engines' waiting queues only (as scraped), or also the requests still in
     # prefill (the gateway knows its own requests without a first byte): those delay TTFT just as much.
@@ -60,6 +66,28 @@ class Slot:
     draining: bool = False
     last_busy_s: float = 0.0  # replica busy time and clock at the last tick, for utilisation
     util_since: float = 0.0
+    # What its engine exports: cumulative histograms {upper bound: count}, finished requests, prompt tokens.
+    ttft: dict = field(default_factory=lambda: dict.fromkeys((*TTFT_BUCKETS, math.inf), 0))
+    tpot: dict = field(default_factory=lambda: dict.fromkeys((*ITL_BUCKETS, math.inf), 0))
+    finished: int = 0
+    prompt_tokens: int = 0
+
+    def observe(self, r: SimRequest) -> None:
+        _observe(self.ttft, r.first_token_s - r.arrival_s)
+        if r.output > 1:
+            _observe(self.tpot, (r.finish_s - r.first_token_s) / (r.output - 1))
+        self.finished += 1
+
+    def sample(self) -> EngineSample:
+        rep = self.replica
+        return EngineSample(rep.running, rep.waiting, rep.kv_usage, dict(self.ttft), dict(self.tpot), True,
+                            self.finished, self.prompt_tokens)
+
+
+def _observe(hist: dict, value: float) -> None:
+    for le in hist:
+        if value <= le:
+            hist[le] += 1
 
 
 @dataclass
@@ -87,10 +115,9 @@ class Simulation:
         self.held: deque[SimRequest] = deque()
         self.budget = ov.BudgetState()
         self.state = ScalerState(replicas=scaler.initial_replicas)
-        self.arrived: deque[float] = deque()
-        self.overflowed: deque[float] = deque()
-        self.done_local: deque[tuple[float, bool]] = deque()
         self.e2e_ewma = None
+        self.gw_requests = self.gw_overflow = 0  # the gateway's counters
+        self.last_scrape: Scrape | None = None
         self.timeline: list[dict] = []
         self.reasons: list[tuple[float, int, str]] = []
         self.scale_events = 0
@@ -108,15 +135,9 @@ class Simulation:
         self.slots.append(slot)
         return slot
 
-    def _met(self, r: SimRequest) -> bool:
-        if r.finish_s is None:
-            return False
-        tpot = (r.finish_s - r.first_token_s) / (r.output - 1) if r.output > 1 else 0.0
-        return r.first_token_s - r.arrival_s <= self.cfg.ttft_slo_s and tpot <= self.cfg.tpot_slo_s
-
-    def _on_finish(self, r: SimRequest) -> None:
-        self.done_local.append((r.finish_s, self._met(r)))
-        a = 0.05  # EWMA weight: the gateway's view of recent end-to-end latency, for predicted TTFT
+    def _on_finish(self, r: SimRequest, slot: Slot) -> None:
+        slot.observe(r)
+        a = 0.2  # the gateway's EWMA weight (proxy.py), for the former TTFT prediction
         e2e = r.finish_s - r.arrival_s
         self.e2e_ewma = e2e if self.e2e_ewma is None else (1 - a) * self.e2e_ewma + a * e2e
 
@@ -165,12 +186,13 @@ class Simulation:
                 r.where = "rejected"
                 return True
             best.replica.submit(r, t)
+            best.prompt_tokens += r.prompt
         elif d.target == "overflow":
             self.budget = ov.budget_take(self.budget, pol.budget, info.tokens, t)
             r.where, r.first_token_s = "overflow", t + self.cfg.external_ttft_s
             r.finish_s = r.first_token_s + max(r.output - 1, 0) * self.cfg.external_tpot_s
-            self.overflowed.append(t)
             self._sample_overflow += 1
+            self.gw_overflow += 1
         elif d.target == "reject":
             r.where = "rejected"
         else:
@@ -190,8 +212,8 @@ class Simulation:
     def _arrive(self, r: SimRequest) -> None:
         t = r.arrival_s
         self._advance(t)
-        self.arrived.append(t)
         self._sample_arrivals += 1
+        self.gw_requests += 1
         if not self._dispatch(r, t, held=False):
             if not self.held:
                 self._push(t + 1.0, "hold")
@@ -200,7 +222,7 @@ class Simulation:
     # -- replicas and the autoscaler -------------------------------------------------------------------
     def _ready(self, slot: Slot, t: float) -> None:
         slo = self.cfg.tpot_slo_s if self.cfg.prefill_budget else None
-        slot.replica, slot.util_since = Replica(self.cfg.profile, t, self._on_finish, slo), t
+        slot.replica, slot.util_since = Replica(self.cfg.profile, t, lambda r: self._on_finish(r, slot), slo), t
 
     def _reconcile(self, desired: int, t: float) -> None:
         starting = [s for s in self.slots if s.replica is None and s.ended_s is None]
@@ -219,26 +241,18 @@ class Simulation:
                 s.ended_s = t
 
     def _signals(self, t: float) -> Signals:
-        w = self.cfg.signal_window_s
-        for q in (self.arrived, self.overflowed):
-            while q and q[0] <= t - w:
-                q.popleft()
-        while self.done_local and self.done_local[0][0] <= t - w:
-            self.done_local.popleft()
+        """What the operator derives from its scrapes (engines' and the gateway's /metrics) at this tick; the
+        busy share of each replica stands for the GPU utilisation HPA reads from its own exporter."""
         ready = self._routable()
+        scrape = Scrape(t, {str(id(s)): s.sample() for s in ready},
+                        GatewaySample(self.gw_requests, self.gw_overflow, len(self.held)),
+                        sum(1 for s in self.slots if s.replica is None and s.ended_s is None))
+        last, self.last_scrape = self.last_scrape, scrape
+        sig = signals_between(last, scrape, self.cfg.ttft_slo_s, self.cfg.tpot_slo_s) \
+            if last is not None and t > last.time else instant_signals(scrape)
         util = tuple(min(1.0, (s.replica.busy_s - s.last_busy_s) / (t - s.util_since)) if t > s.util_since else 0.0
                      for s in ready)
-        met = sum(1 for _, ok in self.done_local if ok)
-        n_done = len(self.done_local)
-        span = min(w, t) if t > 0 else w
-        return Signals(
-            ready=len(ready), starting=sum(1 for s in self.slots if s.replica is None and s.ended_s is None),
-            running=tuple(s.replica.running for s in ready), waiting=tuple(s.replica.waiting for s in ready),
-            kv_usage=tuple(s.replica.kv_usage for s in ready), utilization=util, held=len(self.held),
-            arrival_rate=len(self.arrived) / span, finished_rate=n_done / span,
-            attainment=met / n_done if n_done else None, goodput=met / span,
-            overflow_rate=len(self.overflowed) / span, window_s=span,
-        )
+        return replace(sig, utilization=util)
 
     def _tick(self, t: float) -> None:
         self._advance(t)

@@ -82,7 +82,8 @@ def prepare(opts: Options):
                                             budget=budget))
     ours = AutoscalerPolicy(target_concurrency=_pick(opts.target_concurrency, sc.target_concurrency),
                             slo_attainment=opts.attainment, min_replicas=0 if opts.scale_to_zero_s is not None else 1,
-                            scale_to_zero_after_s=opts.scale_to_zero_s, overflow_share=opts.overflow_share)
+                            scale_to_zero_after_s=opts.scale_to_zero_s, overflow_share=opts.overflow_share,
+                            prefill_tokens_per_s=profile.prefill_tokens_per_s)
     specs = [p if not opts.overflow or p.endswith(compare.OVERFLOW_SUFFIX) else p + compare.OVERFLOW_SUFFIX
              for p in opts.policies]
     for p in specs:

@@ -32,8 +32,23 @@ SCENARIOS = {
                            "duration_s=28800",
                            "8 h mostly idle (0.2 req/s) with one 40 min burst of 25 req/s (11x the mean)"),
     # Bursts shorter than the cold start: no policy can add capacity in time; overflow carries them.
+    # The trace family of issue 15 (with azure-2x, azure-4x and mooncake above), 30 min each.
+    "spiky": Scenario("spiky:duration_s=1800",
+                      "prefill-heavy spiky traffic: log-normal prompts (median 1469), 13-token answers, near-silent "
+                      "spells then 20 s bursts (1-second burstiness 20-30x)"),
+    "long-output": Scenario("steps:rates=1.2,step_s=1800,prompt_tokens=400,output_tokens=800",
+                            "steady long-output traffic: 1.2 req/s, prompts ~400 tokens, answers ~800"),
+    "diurnal": Scenario("diurnal:low_rate=0.5,high_rate=8,period_s=1800,duration_s=1800",
+                        "a day compressed into 30 min: 0.5 -> 8 -> 0.5 req/s along a cosine"),
+    "mooncake-2x": Scenario("mooncake", "Mooncake conversation trace replayed 2x faster", compress=2.0,
+                            spread_tick_s=3.0, ttft_slo_s=5.0, tpot_slo_s=0.1, target_concurrency=20.0),
     "short-bursts": Scenario("idle-burst:base_rate=0.3,burst_rate=20,burst_at_s=600,burst_len_s=90,bursts=3,"
                              "gap_s=1020,duration_s=3600",
                              "1 h at 0.3 req/s with three 90 s bursts of 20 req/s (11x the mean), shorter than "
                              "the cold start"),
 }
+
+# `floodway simulate --sweep`: every scenario at seeds 0..4 (the real traces' only randomness is Mooncake's
+# tick spreading, so Azure runs once).
+FAMILY = ("spiky", "long-output", "diurnal", "azure-2x", "azure-4x", "mooncake", "mooncake-2x")
+SEEDED = ("spiky", "long-output", "diurnal", "mooncake", "mooncake-2x")

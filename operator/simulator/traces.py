@@ -173,6 +173,52 @@ def on_off(on_rate: float = 10.0, on_s: float = 60.0, off_s: float = 240.0, dura
                     prompt_tokens, output_tokens, on_rate)
 
 
+def _lognormal(rng: random.Random, median: float, sigma: float) -> int:
+    return max(1, int(rng.lognormvariate(math.log(median), sigma)))
+
+
+def spiky(duration_s: float = 3420.0, quiet_rate: float = 0.05, busy_rate: float = 2.2, burst_rate: float = 24.0,
+          quiet_s: float = 150.0, busy_s: float = 300.0, burst_s: float = 20.0, clump: float = 4.0,
+          prompt_median: int = 1469, prompt_sigma: float = 0.82, output_median: int = 13, output_sigma: float = 1.24,
+          seed: int = 0) -> list[Request]:
+    """Prefill-heavy spiky traffic shaped like the held-out trace of issue 15: near-silent spells, busy spells
+    and short bursts (exponential durations with the given means; a spell of silence is followed by a burst),
+    arrivals in clumps of `clump` requests on average within 0.2 s (users' retries and fan-out: what makes the
+    1-second burstiness 20-30x); prompts log-normal with median 1469 (mean ~2k, p90 ~4.2k), outputs log-normal
+    with median 13 (mean ~28)."""
+    rng = random.Random(seed)
+    rates = {"quiet": quiet_rate, "busy": busy_rate, "burst": burst_rate}
+    means = {"quiet": quiet_s, "busy": busy_s, "burst": burst_s}
+    nxt = {"quiet": ("burst",), "burst": ("busy",), "busy": ("quiet", "burst")}
+    out, t, state = [], 0.0, "busy"
+    while t < duration_s:
+        end = min(duration_s, t + rng.expovariate(1 / means[state]))
+        while rates[state] > 0:
+            t += rng.expovariate(rates[state] / clump)
+            if t >= end:
+                break
+            for _ in range(1 + int(rng.expovariate(1 / (clump - 1))) if clump > 1 else 1):
+                out.append(Request(t + rng.uniform(0, 0.2), _lognormal(rng, prompt_median, prompt_sigma),
+                                   _lognormal(rng, output_median, output_sigma)))
+        t, state = end, rng.choice(nxt[state])
+    out.sort(key=lambda r: r.arrival_s)
+    return out
+
+
+def diurnal(low_rate: float = 0.5, high_rate: float = 6.0, period_s: float = 3600.0, duration_s: float = 3600.0,
+            prompt_tokens: int = 1000, output_tokens: int = 200, seed: int = 0) -> list[Request]:
+    """A day compressed into `period_s`: the rate ramps between low and high along a cosine (trough at 0)."""
+    def rate(t):
+        return low_rate + (high_rate - low_rate) * (1 - math.cos(2 * math.pi * t / period_s)) / 2
+    return _poisson(rate, duration_s, seed, prompt_tokens, output_tokens, max(low_rate, high_rate))
+
+
+def burstiness(trace: list[Request], window_s: float = 1.0) -> float:
+    """The busiest `window_s` window's rate over the trace's mean rate."""
+    mean, peak = rate_stats(trace, window_s)
+    return peak / mean if mean else 0.0
+
+
 def rate_stats(trace: list[Request], window_s: float = 60.0) -> tuple[float, float]:
     """(mean, peak) arrival rate over windows of window_s seconds."""
     if not trace:
@@ -184,13 +230,14 @@ def rate_stats(trace: list[Request], window_s: float = 60.0) -> tuple[float, flo
     return len(trace) / (n * window_s), max(counts) / window_s
 
 
-GENERATORS = {"idle-burst": idle_then_burst, "steps": steps, "on-off": on_off}
+GENERATORS = {"idle-burst": idle_then_burst, "steps": steps, "on-off": on_off, "spiky": spiky, "diurnal": diurnal}
 
 
 def _param(key: str, value: str):
     if key == "rates":
         return [float(v) for v in value.split("/")]
-    return int(value) if key in ("bursts", "seed", "prompt_tokens", "output_tokens") else float(value)
+    ints = ("bursts", "seed", "prompt_tokens", "output_tokens", "prompt_median", "output_median")
+    return int(value) if key in ints else float(value)
 
 
 def trace_from_spec(spec: str, root: str | os.PathLike | None = None, seed: int = 0) -> list[Request]:

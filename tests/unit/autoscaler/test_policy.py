@@ -189,3 +189,37 @@ def test_slo_feedback_ignores_a_shortfall_within_sampling_noise():
     ds = run(P, ScalerState(6), lambda t, n: sig(n, running=5, attainment=0.985, finished_rate=10.0, window_s=10.0),
              0, 900)
     assert [d.replicas for d in ds] == [6] * len(ds)
+
+
+TOKENS = replace(P, prefill_tokens_per_s=10_000.0, prefill_target=0.5)  # 5k prompt tokens/s per replica
+
+
+def test_prompt_tokens_count_as_demand_when_requests_in_flight_do_not_show_it():
+    # 2k-token prompts with short answers: 4 requests in flight, but 20k prompt tokens/s arrive, 4 replicas' worth.
+    load = dict(running=4, attainment=1.0, prompt_token_rate=20_000.0)
+    assert decide(ScalerState(1), sig(1, **load), P, 0).replicas == 1  # in requests: one replica is plenty
+    d = decide(ScalerState(1), sig(1, **load), TOKENS, 0)
+    assert d.replicas == 4 and d.reason.startswith("panic")  # 4x one replica's prefill: past the panic threshold
+    steady = run(TOKENS, ScalerState(4), lambda t, n: sig(n, **load), 0, 900)
+    assert {x.replicas for x in steady} == {4}
+
+
+def test_token_demand_scales_down_only_with_the_utilization_margin():
+    # Hysteresis: scale up at 1 replica's worth per replica, down only when the stabilization window's peak fits
+    # the smaller pool at scale_down_utilization (0.7): 3 replicas take at most 2.1 replicas' worth (10.5k/s).
+    def at(rate):
+        return run(TOKENS, ScalerState(4), lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=rate),
+                   0, 1200)
+    assert {d.replicas for d in at(16_000.0)} == {4}
+    assert {d.replicas for d in at(12_000.0)} == {4}
+    ds = at(10_000.0)  # 2 replicas' worth fits 3 x 0.7 but not 2 x 0.7: one step down, then it holds
+    assert ds[-1].replicas == 3 and min(d.replicas for d in ds) == 3
+
+
+def test_no_flapping_on_noisy_token_demand():
+    rng = random.Random(2)
+    # Prompt tokens/s wander +-40% around 2.5 replicas' worth, as 5 s windows of bursty traffic do.
+    ds = run(TOKENS, ScalerState(3), lambda t, n: sig(n, running=3, attainment=1.0,
+                                                      prompt_token_rate=12_500 * rng.uniform(0.6, 1.4)), 0, 3600)
+    changes = sum(1 for a, b in zip(ds, ds[1:], strict=False) if a.replicas != b.replicas)
+    assert changes <= 2, [d.reason for d in ds if not d.reason.startswith("hold")]

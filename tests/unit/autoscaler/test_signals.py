@@ -136,3 +136,12 @@ def test_bad_input_is_a_clear_error():
         parse_engine("vllm:num_requests_running{model_name=\"m\" 3\n")
     with pytest.raises(ValueError, match="time order"):
         signals_between(Scrape(5.0, {}), Scrape(5.0, {}), 0.5, 0.05)
+
+
+def test_prompt_token_rate_counts_the_overflowed_share_too():
+    text = "# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{model_name=\"m\"} %d\n"
+    old = Scrape(0.0, {"a": parse_engine(text % 1000)}, parse_gateway(gateway_text(100, 10, 0)))
+    new = Scrape(10.0, {"a": parse_engine(text % 31_000)}, parse_gateway(gateway_text(140, 20, 0)))
+    s = signals_between(old, new, 0.5, 0.05)
+    # 30k tokens in 10 s reached the engine from 30 local requests; 10 more overflowed: 4/3 of 3k tokens/s.
+    assert s.prompt_token_rate == pytest.approx(4000.0)

@@ -97,3 +97,16 @@ def test_compress_and_specs():
         trace_from_spec("idle-burst:colour=3")
     with pytest.raises(ValueError, match="needs a number"):
         trace_from_spec("on-off:on_rate=fast")
+
+
+def test_spiky_traffic_is_prefill_heavy_and_bursty_like_the_held_out_trace():
+    from floodway.operator.simulator.traces import burstiness, spiky
+
+    for seed in range(3):
+        tr = spiky(seed=seed)
+        prompts = sorted(r.prompt_tokens for r in tr)
+        outputs = sorted(r.output_tokens for r in tr)
+        assert 1800 <= sum(prompts) / len(tr) <= 2300 and 1300 <= prompts[len(tr) // 2] <= 1650
+        assert 10 <= outputs[len(tr) // 2] <= 16 and 20 <= sum(outputs) / len(tr) <= 36
+        assert 15 <= burstiness(tr) <= 35
+        assert 1.5 <= len(tr) / tr[-1].arrival_s <= 4.0

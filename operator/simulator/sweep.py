@@ -1,0 +1,71 @@
+"""`floodway simulate --sweep`: our policy against the clairvoyant bound and the baselines over the trace family
+(scenarios.FAMILY) and seeds, one table, with issue 15's targets checked per row."""
+
+from dataclasses import dataclass
+
+from floodway.operator.simulator import bound, compare
+from floodway.operator.simulator.report import Summary, summarize
+from floodway.operator.simulator.run import Options, prepare
+from floodway.operator.simulator.scenarios import FAMILY, SEEDED
+
+OURS = "floodway+overflow"
+BASELINES = ("hpa", "keda", "kpa")
+BOUND_FACTOR = 1.15  # replica-hours within this factor of the clairvoyant bound
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    seed: int
+    requests: int
+    ours: Summary
+    bound_hours: float | None  # None: no clairvoyant schedule met 99% with <= 5% overflow
+    baselines: dict[str, Summary]
+
+    def misses(self) -> list[str]:
+        """The targets this row misses (empty: all hold)."""
+        o, out = self.ours, []
+        if o.attainment < bound.ATTAINMENT:
+            out.append(f"attainment {o.attainment:.2%}")
+        if o.overflow_share > bound.MAX_OVERFLOW:
+            out.append(f"overflow {o.overflow_share:.1%}")
+        if self.bound_hours is None or o.replica_hours > BOUND_FACTOR * self.bound_hours:
+            out.append("replica-hours vs bound")
+        for name, b in self.baselines.items():
+            if not (o.attainment > b.attainment and o.replica_hours <= b.replica_hours):
+                out.append(f"vs {name}")
+        return out
+
+
+def run_one(scenario: str, seed: int, base: Options) -> Row:
+    opts = Options(**{**vars(base), "scenario": scenario, "seed": seed, "trace": None})
+    trace, cfg, ours, _, _ = prepare(opts)
+    sizing = compare.size(trace, cfg, ours.slo_attainment)
+    _, results = compare.run(trace, [OURS, *BASELINES], cfg, ours, sizing)
+    sums = {r.name: summarize(r) for r in results}
+    schedules = [(n, bound.run_schedule(trace, s, cfg))
+                 for n, s in bound.schedules(trace, sizing.static_peak, cfg.cold_start_s)]
+    best = bound.best_schedule(schedules)
+    return Row(scenario, seed, len(trace), sums[OURS], best[1].replica_hours if best else None,
+               {b: sums[b] for b in BASELINES})
+
+
+def rows(base: Options, seeds=range(5), scenarios=FAMILY):
+    for sc in scenarios:
+        for seed in seeds if sc in SEEDED else seeds[:1]:
+            yield run_one(sc, seed, base)
+
+
+def render(row: Row) -> str:
+    o = row.ours
+    ratio = f"{o.replica_hours / row.bound_hours:.2f}x" if row.bound_hours else "no bound"
+    base = " | ".join(f"{b.attainment:.1%} / {b.replica_hours:.2f}" for b in row.baselines.values())
+    misses = row.misses()
+    return (f"| {row.scenario} | {row.seed} | {row.requests} | {o.attainment:.2%} | {o.overflow_share:.1%} | "
+            f"{o.replica_hours:.2f} | {row.bound_hours or float('nan'):.2f} | {ratio} | {base} | "
+            f"{'yes' if not misses else 'no: ' + ', '.join(misses)} |")
+
+
+HEADER = ("| scenario | seed | requests | attainment | overflow | replica-hours | bound | vs bound | "
+          + " | ".join(f"{b} att. / hours" for b in BASELINES) + " | targets |\n"
+          + "|---" * (9 + len(BASELINES)) + "|")
