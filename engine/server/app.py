@@ -119,7 +119,7 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
     async def completions(body: CompletionRequest, request: Request):
         state.require_serving()
         serving.check_model(body.model, state.served_model)
-        prompt_ids = serving.completion_prompt_ids(body, state.tokenizer, len(state.tokenizer))
+        prompt_ids = await state.encoder.completion_ids(body)
         params = serving.sampling_params(body, body.max_tokens or 16, body.logprobs is not None)
         return await respond(body, request, prompt_ids, params, "prompt", "cmpl",
                              serving.completion_stream, serving.completion_response)
@@ -128,7 +128,7 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         state.require_serving()
         serving.check_model(body.model, state.served_model)
-        prompt_ids = serving.chat_prompt_ids(body, state.tokenizer)
+        prompt_ids = await state.encoder.chat_ids(body)
         max_tokens = serving.chat_max_tokens(body, len(prompt_ids), state.engine.max_model_len)
         params = serving.sampling_params(body, max_tokens, body.logprobs)
         return await respond(body, request, prompt_ids, params, "messages", "chatcmpl",

@@ -62,9 +62,11 @@ def validation_error(errors: list[dict]) -> APIError:
         return bad_request("Invalid request")
     param = loc_to_param(errors[0].get("loc", ()))
     msgs = []
-    for e in errors:
-        if loc_to_param(e.get("loc", ())) == param and e.get("msg") not in msgs:
-            msgs.append(e.get("msg"))
+    # Our own checks (value_error) say most; in a union they come first, without pydantic's prefix.
+    for e in sorted(errors, key=lambda e: e.get("type") != "value_error"):
+        msg = str(e.get("msg")).removeprefix("Value error, ")
+        if loc_to_param(e.get("loc", ())) == param and msg not in msgs:
+            msgs.append(msg)
     where = f"'{param}'" if param else "the request body"
     return bad_request(f"Invalid value for {where}: {'; or '.join(msgs[:3])}", param=param, code="invalid_value")
 
@@ -80,6 +82,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, (ValueError, RecursionError)):
+            # a body the JSON parser refused beyond syntax: bad UTF-8, nesting too deep, an integer too long
+            return bad_request(f"Invalid JSON body: {exc.__cause__}", code="invalid_json").response()
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return APIError(exc.status_code, str(exc.detail), type=kind, headers=exc.headers).response()
 

@@ -1,7 +1,9 @@
 """OpenAI API request and response models (pydantic, torch-free: the gateway imports this module too).
 
-Requests accept the fields clients commonly send; unknown fields are ignored as the OpenAI API does.
-Range checks live here (so errors name the field before anything is queued); cross-field checks
+Requests accept the fields clients commonly send; unknown fields are ignored as the OpenAI API does, except
+those that would change the answer if honoured (`tools`, `response_format`, ...): they are refused, so that
+a request means the same here, behind the gateway and on its overflow API. Range checks live here (so
+errors name the field before anything is queued; the gateway runs the same models); cross-field checks
 that need the model (context length) happen in the server.
 """
 
@@ -9,9 +11,54 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 ONLY_ZERO = "Penalties are not implemented: only 0 (or null) is accepted."
+
+
+def _valid_unicode(text: str) -> str:
+    """JSON may escape a lone surrogate ("\\udcff"); it is no Unicode text, and no tokenizer takes it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"invalid Unicode: lone surrogate U+{ord(text[e.start]):04X} at character {e.start}") from None
+    return text
+
+
+Text = Annotated[StrictStr, AfterValidator(_valid_unicode)]
+
+
+def _absent(value):
+    if value not in (None, [], {}):
+        raise ValueError("not supported by this server; omit it")
+    return value
+
+
+def _one(name: str, what: str):
+    def check(value: int) -> int:
+        if value != 1:
+            raise ValueError(f"{name}={value} is not supported: this server returns {what}")
+        return value
+    return AfterValidator(check)
+
+
+def _not_true(name: str):
+    def check(value: bool) -> bool:
+        if value:
+            raise ValueError(f"{name}=true is not supported")
+        return value
+    return check
+
+
+def _no_alternatives(value: int | None) -> int | None:
+    if value:
+        raise ValueError(f"{value} alternatives per token are not returned by this server; use 0 or null (the "
+                         "sampled token's logprob comes with logprobs)")
+    return value
+
+
+# Fields that would change the answer if honoured: refused (unless null or empty), never silently dropped.
+Unsupported = Annotated[Any, AfterValidator(_absent), Field(description="Not supported: absent, null or empty.")]
 
 
 class _Request(BaseModel):
@@ -25,20 +72,29 @@ class StreamOptions(_Request):
 class _SamplingFields(_Request):
     """Fields shared by both endpoints. `None` means the default."""
 
-    model: StrictStr | None = Field(None, description="Served model name; defaults to the only model served.")
+    model: Text | None = Field(None, description="Served model name; defaults to the only model served.")
     temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1)] | None = None
     top_k: Annotated[StrictInt, Field(ge=-1)] | None = Field(None, description="0 or -1 disables top-k.")
-    n: Annotated[StrictInt, Field(ge=1)] = Field(1, description="Only n=1 is supported.")
+    n: Annotated[StrictInt, Field(ge=1), _one("n", "exactly one choice (n=1)")] = Field(
+        1, description="Only n=1 is supported.")
     seed: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] | None = None
-    stop: StrictStr | Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(max_length=16)] | None = None
+    stop: Text | Annotated[list[Annotated[Text, Field(min_length=1)]], Field(max_length=16)] | None = None
     stop_token_ids: list[Annotated[StrictInt, Field(ge=0)]] | None = None
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
     presence_penalty: Annotated[float, Field(strict=True, ge=0, le=0)] | None = Field(None, description=ONLY_ZERO)
     frequency_penalty: Annotated[float, Field(strict=True, ge=0, le=0)] | None = Field(None, description=ONLY_ZERO)
-    user: StrictStr | None = None
+    user: Text | None = None
+    tools: Unsupported = None
+    functions: Unsupported = None
+    response_format: Unsupported = None
+    logit_bias: Unsupported = None
+    guided_json: Unsupported = None
+    guided_regex: Unsupported = None
+    guided_choice: Unsupported = None
+    guided_grammar: Unsupported = None
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -50,12 +106,15 @@ TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: StrictStr | TokenIds | Annotated[list[StrictStr], Field(min_length=1, max_length=1)] \
+    prompt: Text | TokenIds | Annotated[list[Text], Field(min_length=1, max_length=1)] \
         | Annotated[list[TokenIds], Field(min_length=1, max_length=1)] = Field(
             ..., description="One prompt: text or token ids (a batch of exactly one is accepted).")
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16
-    logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
-    echo: Annotated[StrictBool, Field(description="Only false is supported.")] = False
+    logprobs: Annotated[StrictInt, Field(ge=0, le=5), AfterValidator(_no_alternatives)] | None = Field(
+        None, description="0: the sampled token's logprob; alternatives (1-5) are not supported yet.")
+    best_of: Annotated[StrictInt, Field(ge=1), _one("best_of", "the one completion it generates")] | None = None
+    echo: Annotated[StrictBool, AfterValidator(_not_true("echo"))] = Field(
+        False, description="Only false is supported.")
     suffix: None = Field(None, description="Not supported; must be absent or null.")
 
     def single_prompt(self) -> str | list[int]:
@@ -65,13 +124,13 @@ class CompletionRequest(_SamplingFields):
 
 class TextPart(_Request):
     type: Literal["text"]
-    text: StrictStr
+    text: Text
 
 
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: StrictStr | list[TextPart] | None = None
-    name: StrictStr | None = None
+    content: Text | list[TextPart] | None = None
+    name: Text | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -84,7 +143,8 @@ class ChatCompletionRequest(_SamplingFields):
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     logprobs: StrictBool = False
-    top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=20), AfterValidator(_no_alternatives)] | None = Field(
+        None, description="0 or null: alternatives per token are not supported yet.")
 
 
 # ---- responses ----------------------------------------------------------------------------------------

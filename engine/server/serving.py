@@ -60,10 +60,6 @@ def chat_prompt_ids(req: ChatCompletionRequest, tokenizer) -> list[int]:
 
 
 def sampling_params(req, max_tokens: int, logprobs: bool) -> SamplingParams:
-    if req.n != 1:
-        raise bad_request(f"n={req.n} is not supported: this server returns exactly one choice (n=1)", "n")
-    if getattr(req, "echo", False):
-        raise bad_request("echo=true is not supported", "echo")
     params = SamplingParams(
         max_tokens=max_tokens,
         temperature=1.0 if req.temperature is None else float(req.temperature),
@@ -174,18 +170,19 @@ def error_event(exc: Exception) -> str:
 async def _events(outputs: AsyncIterator, event, usage_event, include_usage: bool,
                   opening: str | None = None) -> AsyncIterator[str]:
     """Both streams' skeleton: an event per output that carries text or finishes, a failure reported in-band,
-    the usage event when asked, then [DONE]."""
+    the usage event when asked, then [DONE]. The `opening` event (chat's role chunk) goes out with the first
+    token, not before: until a byte is sent, a gateway may still retry a request queued on an engine that dies."""
     c = Collected()
-    if opening is not None:
-        yield opening
+    pending = opening or ""
     try:
         async for out in outputs:
             c.add(out)
             if not out.new_text and not out.finished:
                 continue
-            yield event(out)
+            yield pending + event(out)
+            pending = ""
     except Exception as e:  # noqa: BLE001 - headers are sent: report in-band, then end the stream
-        yield error_event(e)
+        yield pending + error_event(e)
     else:
         if include_usage:
             yield usage_event(c.usage())

@@ -33,7 +33,7 @@ class ServerState:
     def __init__(self, engine_config, options: ServerOptions):
         self.engine_config, self.options = engine_config, options
         self.served_model = engine_config.served_model_name or engine_config.model
-        self.engine = self.loop = self.frontend = self.tokenizer = self.metrics = None
+        self.engine = self.loop = self.frontend = self.tokenizer = self.encoder = self.metrics = None
         self.load_error: str | None = None
         self.draining = False
         self._loaded = threading.Event()
@@ -48,11 +48,14 @@ class ServerState:
         from floodway.engine.server.engine_loop import EngineLoop
         from floodway.engine.server.frontend import AsyncEngine
         from floodway.engine.server.metrics import ServerMetrics
+        from floodway.engine.server.tokenize import PromptEncoder
 
         try:
             engine = LLMEngine(self.engine_config)
-            # A private tokenizer copy: HF fast tokenizers must not be used from two threads at once.
+            # Private tokenizer copies (HF fast tokenizers must not be used from two threads at once): prompts
+            # are encoded in the encoder's thread; the event loop's copy decodes single output tokens.
             self.tokenizer = copy.deepcopy(engine.tokenizer)
+            self.encoder = PromptEncoder(engine.tokenizer, engine.max_model_len)
             self.served_model = engine.model_name
             self.metrics = ServerMetrics(engine.model_name, lambda: self.loop.stats if self.loop else None)
             self.loop = EngineLoop(engine, self.metrics, self.engine_config.step_delay_ms / 1000)
@@ -82,3 +85,5 @@ class ServerState:
     def shutdown(self) -> None:
         if self.loop is not None:
             self.loop.stop()
+        if self.encoder is not None:
+            self.encoder.close()

@@ -1,5 +1,8 @@
 """Every bad input gets a 4xx with an OpenAI-shaped error naming the problem, and the engine keeps serving."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 import pytest
 
@@ -20,11 +23,11 @@ CASES = [
     (CMPL, {"prompt": "hi", "top_p": 0}, 400, "top_p", "invalid_value", "greater than 0"),
     (CMPL, {"prompt": "hi", "top_p": 1.5}, 400, "top_p", "invalid_value", "less than or equal to 1"),
     (CMPL, {"prompt": "hi", "top_k": -2}, 400, "top_k", "invalid_value", "greater than or equal to -1"),
-    (CMPL, {"prompt": "hi", "n": 2}, 400, "n", None, "n=1"),
+    (CMPL, {"prompt": "hi", "n": 2}, 400, "n", "invalid_value", "n=1"),
     (CMPL, {"prompt": "hi", "stop": [1, 2]}, 400, "stop", "invalid_value", "string"),
     (CMPL, {"prompt": "hi", "seed": "abc"}, 400, "seed", "invalid_value", "integer"),
     (CMPL, {"prompt": "hi", "presence_penalty": 0.5}, 400, "presence_penalty", "invalid_value", "less than"),
-    (CMPL, {"prompt": "hi", "echo": True}, 400, "echo", None, "echo"),
+    (CMPL, {"prompt": "hi", "echo": True}, 400, "echo", "invalid_value", "echo"),
     (CMPL, {"prompt": "hi", "stream": "yes"}, 400, "stream", "invalid_value", "boolean"),
     (CMPL, {"max_tokens": 3}, 400, "prompt", "invalid_value", "Field required"),
     (CMPL, {"prompt": ""}, 400, "prompt", None, "empty"),
@@ -35,6 +38,28 @@ CASES = [
     (CMPL, {"prompt": "hi " * 300, "max_tokens": 4}, 400, "prompt", "context_length_exceeded", "maximum context"),
     (CMPL, {"prompt": "hi", "max_tokens": 300}, 400, "prompt", "context_length_exceeded", "max_tokens"),
     (CMPL, {"prompt": "hi", "stop_token_ids": [99999]}, 400, "stop_token_ids", None, "vocabulary"),
+    # lone surrogates: valid JSON escapes, invalid Unicode (the tokenizer raised TypeError: a 500)
+    (CMPL, b'{"prompt": "a\\udcffb"}', 400, "prompt", "invalid_value", "lone surrogate U+DCFF"),
+    (CMPL, b'{"prompt": ["\\ud800"]}', 400, "prompt", "invalid_value", "lone surrogate U+D800"),
+    (CMPL, b'{"prompt": "hi", "stop": ["\\udfff"]}', 400, "stop", "invalid_value", "lone surrogate"),
+    (CHAT, b'{"messages": [{"role": "user", "content": "\\udcff"}]}', 400, "messages.0.content", "invalid_value",
+     "lone surrogate"),
+    (CHAT, b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "x\\udc00"}]}]}', 400,
+     "messages.0.content", "invalid_value", "lone surrogate"),
+    # bytes the JSON parser refuses beyond its syntax
+    (CMPL, b'{"prompt": "a\xffb"}', 400, None, "invalid_json", "utf-8"),
+    (CMPL, b'{"prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}", 400, None, "invalid_json", "digits"),
+    (CMPL, b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, None, "invalid_json", "recursion"),
+    (CMPL, {"prompt": "hi", "max_tokens": 10**30}, 400, "prompt", "context_length_exceeded", "max_tokens"),
+    # fields that would change the answer are refused, not dropped
+    (CMPL, {"prompt": "hi", "logprobs": 2}, 400, "logprobs", "invalid_value", "alternatives"),
+    (CMPL, {"prompt": "hi", "best_of": 3}, 400, "best_of", "invalid_value", "best_of=3"),
+    (CHAT, {"messages": USER, "top_logprobs": 2}, 400, "top_logprobs", "invalid_value", "alternatives"),
+    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools",
+     "invalid_value", "not supported"),
+    (CHAT, {"messages": USER, "response_format": {"type": "json_object"}}, 400, "response_format", "invalid_value",
+     "not supported"),
+    (CHAT, {"messages": USER, "logit_bias": {"5": 10}}, 400, "logit_bias", "invalid_value", "not supported"),
     (CHAT, {"messages": []}, 400, "messages", "invalid_value", "at least 1"),
     (CHAT, {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", "invalid_value", "'user'"),
     (CHAT, {"messages": [{"content": "x"}]}, 400, "messages.0.role", "invalid_value", "Field required"),
@@ -87,3 +112,24 @@ def test_engine_still_serves_after_bad_input(engine_server):
     assert httpx.get(engine_server.url + "/health").status_code == 200
     r = httpx.post(engine_server.url + CMPL, json={"model": MODEL, "prompt": "ok", "max_tokens": 2}, timeout=30)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
+
+
+def test_health_answers_while_multi_mb_prompts_are_handled(engine_server):
+    """A 4 MB prompt used to be tokenized on the event loop: /health stalled for seconds, past a readiness
+    probe's timeout. Now a prompt too long in characters for the context is refused before tokenizing, and
+    tokenizing happens in its own thread. Each probe sent while the big request is in flight must answer
+    within 3 s (a generous bound: the probe's own timeout is 1 s)."""
+    text = "hello world " * 340_000  # 4.08 MB: under the 4 MiB body limit
+    bodies = [(CMPL, {"prompt": text}), (CHAT, {"messages": [{"role": "user", "content": text}]})]
+    with ThreadPoolExecutor(1) as pool:
+        for path, body in bodies:
+            pending = pool.submit(httpx.post, engine_server.url + path, json=body, timeout=120)
+            probes = []
+            while not pending.done() or not probes:
+                started = time.monotonic()
+                assert httpx.get(engine_server.url + "/health", timeout=30).status_code == 200
+                probes.append(time.monotonic() - started)
+            assert max(probes) < 3.0, probes
+            r = pending.result()
+            assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text[:300]
+            assert r.json()["error"]["param"] == ("prompt" if path == CMPL else "messages")

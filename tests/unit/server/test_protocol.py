@@ -48,3 +48,51 @@ def test_chat_messages_accept_text_parts_and_reject_bad_roles():
         ChatCompletionRequest(messages=[{"role": "robot", "content": "x"}])
     with pytest.raises(ValidationError):
         ChatCompletionRequest(messages=[])
+
+
+SURROGATE = "a\udcffb"  # what json.loads makes of the valid JSON string "a\udcffb"
+
+
+@pytest.mark.parametrize("model,body,param", [
+    (CompletionRequest, {"prompt": SURROGATE}, "prompt"),
+    (CompletionRequest, {"prompt": [SURROGATE]}, "prompt"),
+    (CompletionRequest, {"prompt": "x", "stop": [SURROGATE]}, "stop"),
+    (CompletionRequest, {"prompt": "x", "model": SURROGATE}, "model"),
+    (CompletionRequest, {"prompt": "x", "user": "\ud800"}, "user"),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": SURROGATE}]}, "messages"),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": [{"type": "text", "text": SURROGATE}]}]},
+     "messages"),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": "x", "name": SURROGATE}]}, "messages"),
+])
+def test_lone_surrogates_are_refused_naming_the_field(model, body, param):
+    with pytest.raises(ValidationError) as e:
+        model.model_validate(body)
+    assert e.value.errors()[0]["loc"][0] == param
+    assert any("lone surrogate U+D" in err["msg"] for err in e.value.errors())
+
+
+@pytest.mark.parametrize("model,field,value", [
+    (CompletionRequest, "tools", [{"type": "function", "function": {"name": "f"}}]),
+    (ChatCompletionRequest, "tools", [{"type": "function", "function": {"name": "f"}}]),
+    (ChatCompletionRequest, "response_format", {"type": "json_object"}),
+    (ChatCompletionRequest, "functions", [{"name": "f"}]),
+    (CompletionRequest, "logit_bias", {"50256": -100}),
+    (CompletionRequest, "guided_json", {"type": "object"}),
+    (CompletionRequest, "logprobs", 1),
+    (CompletionRequest, "best_of", 2),
+    (CompletionRequest, "n", 2),
+    (CompletionRequest, "echo", True),
+    (ChatCompletionRequest, "top_logprobs", 5),
+    (ChatCompletionRequest, "n", 3),
+])
+def test_fields_that_would_change_the_answer_are_refused_not_dropped(model, field, value):
+    base = {"prompt": "x"} if model is CompletionRequest else {"messages": [{"role": "user", "content": "x"}]}
+    with pytest.raises(ValidationError) as e:
+        model.model_validate({**base, field: value})
+    assert e.value.errors()[0]["loc"][0] == field and "not" in e.value.errors()[0]["msg"]
+
+
+def test_harmless_forms_of_unsupported_fields_pass():
+    CompletionRequest.model_validate({"prompt": "x", "tools": None, "logit_bias": {}, "logprobs": 0, "best_of": 1})
+    ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "x"}], "tools": [],
+                                          "top_logprobs": 0, "logprobs": True})
