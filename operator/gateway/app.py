@@ -15,6 +15,7 @@ import secrets
 
 import aiohttp
 from fastapi import FastAPI, Request
+from floodway.engine.server.body_limit import BodyTooLarge, TooLarge, read_body
 from floodway.operator.gateway.backends import BackendTable, get_text
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.k8s import follow_endpoint_slices
@@ -54,17 +55,6 @@ def _token_error(tokens: set[str] | None, authorization: str) -> JSONResponse | 
     if any(secrets.compare_digest(given, t) for t in tokens):
         return None
     return JSONResponse(error_body("missing or unknown bearer token", "authentication_error", "invalid_api_key"), 401)
-
-
-async def _read_body(receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionError("client went away before sending the whole body")
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
 
 
 def _remote_session() -> aiohttp.ClientSession:
@@ -153,6 +143,8 @@ def create_app(config: GatewayConfig):
     @app.get("/debug/state")
     async def debug_state() -> Response:
         """Backends and overflow state; holds no secret (the key is never part of the state)."""
+        if not config.debug_state:  # off unless configured: it maps the backends for whoever asks
+            return JSONResponse(error_body("not found (debug_state is off)", "not_found_error"), 404)
         g: Gateway = app.state.gateway
         return JSONResponse({"backends": table.snapshot(), "held": g.held, "breaker": vars(g.breaker),
                              "budget": vars(g.budget), "prefill_tokens_per_s": g.prefill_rate,
@@ -170,10 +162,13 @@ def create_app(config: GatewayConfig):
                                                "method_not_allowed"), 405, headers={"allow": "POST"})
         if response is None:
             try:
-                body = await _read_body(receive)
-            except ConnectionError:
-                return
-            response = await app.state.gateway.handle(scope["path"], body, headers)
+                body = await read_body(scope, receive, config.max_body_bytes)
+            except BodyTooLarge:
+                body, response = b"", TooLarge(config.max_body_bytes)
+            if body is None:
+                return  # the client went away before sending its body
+            if response is None:
+                response = await app.state.gateway.handle(scope["path"], body, headers)
         await response(scope, receive, send)
 
     return asgi

@@ -19,6 +19,8 @@ Example:
       max_requests_per_minute: 600
     opt_out_header: x-floodway-no-overflow
     auth: {tokens_file: /var/run/secrets/gateway/tokens}
+    max_body_bytes: 4194304
+    debug_state: false
 """
 
 from __future__ import annotations
@@ -131,6 +133,10 @@ class GatewayConfig(_Strict):
     overflow: Overflow = Field(default_factory=Overflow)
     opt_out_header: str = "x-floodway-no-overflow"
     auth: Auth = Field(default_factory=Auth)
+    max_body_bytes: int = Field(4 * 2**20, ge=1024, description="Largest request body accepted (413 beyond); "
+                                "nothing larger is read, sent to an engine or to the overflow API.")
+    debug_state: bool = Field(False, description="Serve /debug/state (backends, breaker, budget); behind the "
+                              "client tokens when auth is on.")
 
     @model_validator(mode="after")
     def _somewhere_to_send(self) -> GatewayConfig:

@@ -48,4 +48,14 @@ def sse_error_event(message: str, code: str) -> bytes:
 
 def overflow_body(payload: dict, model: str | None) -> bytes:
     """The request as sent to the overflow API: the configured model name in place of the client's."""
-    return json.dumps(payload if model is None else {**payload, "model": model}).encode()
+    # Not ASCII-escaped: no larger than the client's body (lone surrogates were refused before).
+    return json.dumps(payload if model is None else {**payload, "model": model}, ensure_ascii=False).encode()
+
+
+def is_error_body(content: bytes) -> bool:
+    """Whether a response body is an OpenAI-shaped error ({"error": {...}}): an answer, not a crash."""
+    try:
+        body = json.loads(content)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(body, dict) and isinstance(body.get("error"), dict)

@@ -39,18 +39,22 @@ from floodway.operator.gateway.payload import (
     error_body,
     estimate_prompt_tokens,
     estimate_tokens,
+    is_error_body,
     overflow_body,
     sse_error_event,
 )
 from floodway.operator.gateway.secrets import ApiKey
 from floodway.operator.gateway.upstream import RemoteResponse, UpstreamClient, UpstreamError
 from floodway.operator.gateway.upstream import Response as EngineResponse
+from floodway.operator.gateway.validate import refusal
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 log = logging.getLogger("floodway.gateway")
 
 BACKEND_HEADER = "x-floodway-backend"
-_RETRYABLE = {408, 429, 500, 502, 503, 504}  # a local backend answering these gets the request retried
+# A local backend answering these is failing or full: the request is retried elsewhere. Any other answer
+# (a 4xx, a 500 that carries an error body) is the request's own error, relayed as is.
+_RETRYABLE = {429, 502, 503, 504}
 _API_FAILURE = {401, 403, 408, 429} | set(range(500, 600))  # overflow answers that count against the breaker
 _EWMA = 0.2
 _JSON = {"content-type": "application/json"}
@@ -131,10 +135,14 @@ class Gateway:
         t0 = time.perf_counter()
         try:
             payload = json.loads(body)
-        except ValueError as e:
-            return JSONResponse(error_body(f"request body is not valid JSON: {e}", "invalid_request_error"), 400)
+        except (ValueError, RecursionError) as e:  # syntax, bad UTF-8, an integer too long, nesting too deep
+            return JSONResponse(error_body(f"request body is not valid JSON: {e}", "invalid_request_error",
+                                           "invalid_json"), 400)
         if not isinstance(payload, dict):
             return JSONResponse(error_body("request body must be a JSON object", "invalid_request_error"), 400)
+        refused = refusal(path, payload)
+        if refused is not None:
+            return refused
         served = self.config.served_models
         if served and payload.get("model") not in served:
             return JSONResponse(error_body(f"model {payload.get('model')!r} does not exist; served: {served}",
@@ -263,6 +271,8 @@ class Gateway:
                 raise _Failed(response.status)
             if not stream or response.status >= 400:
                 content = await response.read()
+                if response.status >= 500 and not overflow and not is_error_body(content):
+                    raise _Failed(response.status)  # a crash, not an answer: the backend failed
             else:
                 content = await response.readany()
                 if not content:  # the stream ended before its first chunk

@@ -122,7 +122,7 @@ def test_gateway_follows_the_services_endpoint_slices(cluster, engines, engine_a
     port = procs.free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text(yaml.safe_dump({
-        "host": "127.0.0.1", "port": port, "served_models": [MODEL], "scrape_interval_s": 0.2,
+        "host": "127.0.0.1", "port": port, "served_models": [MODEL], "scrape_interval_s": 0.2, "debug_state": True,
         "backends": {"kubernetes": {"namespace": NS, "service": SERVICE, "port": "http", "refresh_s": 0.5}}}))
     kubeconfig = cluster.service_account_kubeconfig(NS, "gateway")
     gateway = procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", str(config)], port, "/ready", timeout_s=60,

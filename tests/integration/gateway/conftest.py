@@ -11,9 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 MODEL = "floodway/tiny-llama"
 API_KEY = "sk-floodway-test-0123456789abcdef"  # what the tests look for in logs, metrics and bodies
-# Two sequences per step and a deep admission queue: a burst queues locally at once, and no local
-# request is refused by the engine itself.
-LOCAL_ARGS = ["--max-num-seqs", "2", "--max-waiting-requests", "500"]
+# Scarcity by configuration, not by racing the CPU: two sequences per step, each step at least 50 ms, so an
+# engine finishes at most 2 / (0.05 s x tokens) requests per second however fast or idle the machine is (under
+# 4 req/s for the overflow tests' 12-token streams), and a burst at 20 req/s queues locally at once. A deep
+# admission queue: no local request is refused by the engine itself.
+LOCAL_ARGS = ["--max-num-seqs", "2", "--step-delay-ms", "50", "--max-waiting-requests", "500"]
 
 
 def start_engine(tmp_path_factory, name: str, served: str = MODEL, *extra: str) -> procs.Proc:
@@ -45,14 +47,16 @@ def engines(tmp_path_factory):
 
 @pytest.fixture
 def gateway(tmp_path):
-    """start(config: dict, env=None, ready_path="/ready") -> Proc; every gateway started is stopped after
-    the test."""
+    """start(config: dict, env=None, ready_path="/ready", debug_state=True) -> Proc; every gateway started is
+    stopped after the test."""
     started = []
 
-    def start(config: dict, env: dict | None = None, ready_path: str = "/ready") -> procs.Proc:
+    def start(config: dict, env: dict | None = None, ready_path: str = "/ready", debug_state: bool = True
+              ) -> procs.Proc:
         port = procs.free_port()
         path = tmp_path / f"gateway-{len(started)}.yaml"
-        path.write_text(yaml.safe_dump({"host": "127.0.0.1", "port": port, **config}))
+        debug = {"debug_state": True} if debug_state else {}  # the tests read /debug/state (off by default)
+        path.write_text(yaml.safe_dump({"host": "127.0.0.1", "port": port, **debug, **config}))
         proc = procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", str(path)], port, ready_path, timeout_s=60,
                            env={"OVERFLOW_KEY": API_KEY, **(env or {})},
                            log_path=str(tmp_path / f"gateway-{len(started)}.log"))

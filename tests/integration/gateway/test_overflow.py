@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MODEL = "floodway/tiny-llama"
 STREAM = {"model": MODEL, "prompt": "tell me about the river in flood", "max_tokens": 12, "stream": True}
 PLAIN = {**STREAM, "max_tokens": 8, "stream": False}
-# 32 tokens each: at 20 req/s a queue forms on two 2-seat engines even on a fast, idle machine
+# 32 tokens each: at least 1.6 s on the local engines (LOCAL_ARGS' step delay), so at 20 req/s a queue forms
 LONG = {**PLAIN, "max_tokens": 32}
 THRESHOLD = 2  # max_waiting_per_replica in the overflow_config fixture
 

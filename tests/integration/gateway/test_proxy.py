@@ -3,11 +3,15 @@ client auth, an engine killed mid-run, and no ready backend (overflow for scale-
 
 import asyncio
 import json
+import os
+import signal
+import threading
 import time
 
 import httpx
 import pytest
 from floodway.operator import procs
+from floodway.operator.gateway.backends import parse_engine_load
 from floodway.operator.gateway.loadgen import send_at_rate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -141,3 +145,63 @@ def test_a_client_leaving_a_stream_aborts_it_on_the_engine(engines, gateway, met
                      and metric(local_a.url, "vllm:num_requests_running") == 0, 30,
                      "the disconnect counted and the engine idle")
     assert metric(local_a.url, "vllm:generation_tokens_total") - tokens_before < 2000  # aborted, not finished
+
+
+def test_a_chat_stream_queued_on_an_engine_that_dies_is_retried_elsewhere(engines, gateway, tmp_path_factory,
+                                                                         metric):
+    """The chat role chunk waits for the first token: until then nothing reached the gateway, which may still
+    retry. Queued deterministically by configuration: the victim runs one sequence at a time, slowly
+    (--max-num-seqs 1 --step-delay-ms), and is busy with a direct request; the survivor is frozen (unready)
+    while the chat request is routed, thawed before the victim is killed."""
+    survivor = engines[0]
+    port = procs.free_port()
+    victim = procs.start(procs.FLOODWAY_ARGV + ["engine", "--model", MODEL, "--host", "127.0.0.1", "--port",
+                                                str(port), "--max-num-seqs", "1", "--step-delay-ms", "100"],
+                         port, timeout_s=300, log_path=str(tmp_path_factory.mktemp("victim") / "engine.log"))
+
+    def backend(gw, url):
+        return next(b for b in httpx.get(gw.url + "/debug/state", timeout=10).json()["backends"] if b["id"] == url)
+
+    def engine_load(url):
+        return parse_engine_load(httpx.get(url + "/metrics", timeout=10).text)
+
+    def quietly(fn):
+        try:
+            fn()
+        except httpx.HTTPError:
+            pass  # the direct request dies with the victim
+
+    chat, results = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8,
+                     "stream": True}, {}
+
+    def chat_through(gw):
+        with httpx.stream("POST", gw.url + "/v1/chat/completions", json=chat, timeout=120) as r:
+            results["status"], results["backend"] = r.status_code, r.headers.get("x-floodway-backend")
+            results["events"] = sse_events("".join(r.iter_text()))
+
+    try:
+        gw = gateway({"backends": {"static": [victim.url, survivor.url]}, "served_models": [MODEL],
+                      "scrape_interval_s": 0.2})
+        os.kill(survivor.pid, signal.SIGSTOP)
+        try:
+            procs.wait_until(lambda: not backend(gw, survivor.url)["ready"], 30, "the frozen survivor unready")
+            busy = threading.Thread(target=quietly, args=(lambda: httpx.post(victim.url + "/v1/completions", json={
+                "model": MODEL, "prompt": "x", "max_tokens": 200, "ignore_eos": True}, timeout=120),), daemon=True)
+            busy.start()
+            procs.wait_until(lambda: engine_load(victim.url)["running"] == 1, 60, "the victim busy")
+            client = threading.Thread(target=chat_through, args=(gw,), daemon=True)
+            client.start()
+            procs.wait_until(lambda: engine_load(victim.url)["waiting"] == 1, 60, "the chat request queued there")
+        finally:
+            os.kill(survivor.pid, signal.SIGCONT)
+        procs.wait_until(lambda: backend(gw, survivor.url)["ready"], 30, "the survivor ready again")
+        victim.kill()
+        client.join(120)
+    finally:
+        victim.kill()
+    events = results["events"]
+    assert results["status"] == 200 and results["backend"] == survivor.url, results
+    assert events[-1] == "[DONE]" and "error" not in "".join(events), events[-3:]
+    deltas = [json.loads(e)["choices"][0]["delta"] for e in events[:-1] if json.loads(e)["choices"]]
+    assert deltas[0]["role"] == "assistant" and "".join(d.get("content") or "" for d in deltas)
+    assert metric(gw.url, "floodway_gateway_requests_total", backend=victim.url, outcome="retried") == 1
