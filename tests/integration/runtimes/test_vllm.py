@@ -36,7 +36,8 @@ def vllm(tmp_path_factory):
 def start_gateway(tmp_path: Path, engine_runtime: str, backend: str) -> procs.Proc:
     port = procs.free_port()
     config = {"host": "127.0.0.1", "port": port, "served_models": [SERVED], "engine_runtime": engine_runtime,
-              "backends": {"static": [backend]}, "scrape_interval_s": 0.2, "overflow": {"hold_timeout_s": 5.0}}
+              "backends": {"static": [backend]}, "scrape_interval_s": 0.2, "overflow": {"hold_timeout_s": 5.0},
+              "debug_state": True}
     path = tmp_path / f"gateway-{engine_runtime}.yaml"
     path.write_text(yaml.safe_dump(config))
     # /health: the gateway process is up; whether it sees a ready backend is what the tests look at.
