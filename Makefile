@@ -7,7 +7,7 @@ export PYTHONSAFEPATH := 1
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup run test lint cluster-tools
+.PHONY: setup run test lint cluster-tools llamacpp
 
 setup: $(VENV)/.installed
 
@@ -28,5 +28,10 @@ lint: setup
 cluster-tools:
 	bash e2e/cluster/build.sh
 
-test: lint cluster-tools
+# The llama.cpp runtime's test runs llama-server, built from the sources in llama-cpp-python's sdist (cached by
+# version after the first build).
+llamacpp: setup
+	bash e2e/llamacpp/build.sh
+
+test: lint cluster-tools llamacpp
 	$(BIN)/pytest
