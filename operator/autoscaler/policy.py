@@ -8,7 +8,9 @@ arriving, over `prefill_target` of a replica's rate, in the same units (one repl
 `target_concurrency`), and the larger of the two counts. A stream of 2k-token prompts with 13-token answers
 barely moves the requests in flight but fills the replicas' prefill. Replicas are sized so that each
 holds at most `target_concurrency` (and KV usage at most `kv_target`):
-- scale up on the demand averaged over `scale_up_window_s`, at most `max_step_up` replicas per decision;
+- scale up on the demand averaged over `scale_up_window_s` (prompt tokens: on their peak over that window,
+  since prefill must keep up with bursts, not with their average, for TTFT), at most `max_step_up` replicas
+  per decision;
 - SLO feedback: attainment below target while requests queue or overflow adds a replica (when none is
   still starting, so a cold start is not answered by piling up more). "Below" means by more than
   `slo_noise_z` standard errors of the window's sample: at a 99% target one miss among 100 requests is
@@ -17,8 +19,9 @@ holds at most `target_concurrency` (and KV usage at most `kv_target`):
 - panic: demand >= `panic_threshold` x the ready replicas' capacity jumps at once and blocks scale-down for
   `panic_hold_s`; the first request seen while at zero replicas scales to one at once;
 - scale down only when no panic, attainment is at target, and the peak demand of the last
-  `scale_down_stabilization_s` fits the smaller pool at `scale_down_utilization` of its capacity,
-  at most `max_step_down` replicas per decision and `scale_down_interval_s` after the last change (in-flight
+  `scale_down_stabilization_s` (prompt tokens: of the last `token_stabilization_s`, as bursts of long
+  prompts come and go faster than a cold start) fits the smaller pool at `scale_down_utilization` of its
+  capacity, at most `max_step_down` replicas per decision and `scale_down_interval_s` after the last change (in-flight
   counts grow as a pool shrinks, since each replica's batch and latency grow: look before the next step);
 - bounds; with min_replicas 0, scale to zero after `scale_to_zero_after_s` without any demand (None: never).
 
@@ -60,7 +63,8 @@ class AutoscalerPolicy:
     overflow_budget_window_s: float = 1800.0  # horizon of the spent-share estimate
     slo_noise_z: float = 1.0  # SLO feedback needs attainment this many standard errors below target
     prefill_tokens_per_s: float = 0.0  # a replica's prefill rate (0: demand in requests only)
-    prefill_target: float = 0.5  # share of that rate a replica is sized to carry
+    prefill_target: float = 0.15  # share of that rate a replica is sized to carry (TTFT headroom for bursts)
+    token_stabilization_s: float = 900.0  # scale-down waits until this long's peak token demand fits
 
     def __post_init__(self):
         problems = []
@@ -68,7 +72,7 @@ class AutoscalerPolicy:
             problems.append(f"need 0 <= min_replicas <= max_replicas and max_replicas >= 1 "
                             f"(got {self.min_replicas}, {self.max_replicas})")
         for name in ("interval_s", "target_concurrency", "kv_target", "panic_threshold", "scale_down_utilization",
-                     "assumed_request_s", "prefill_target"):
+                     "assumed_request_s", "prefill_target", "token_stabilization_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0")
         if self.max_step_up < 1 or self.max_step_down < 1:
@@ -98,6 +102,7 @@ class ScalerState:
     last_busy: float | None = None  # last time demand was seen (None: never)
     observed_since: float | None = None  # first tick: no scale-down before a full window was observed
     sizing: tuple[tuple[float, float], ...] = ()  # (time, demand the pool must hold) for scale-up
+    tokens: tuple[tuple[float, float], ...] = ()  # (time, token demand) for scale-up
     arrived: float = 0.0  # decayed request counts for the overflow share spent
     overflowed: float = 0.0
     last_tick: float | None = None
@@ -203,14 +208,16 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     st = spend(state, signals, p, now)
     allow = allowed_share(st, p)
     st = replace(st, history=remember(state.history, now, demand, keep), last_busy=last_busy, observed_since=since,
-                 sizing=remember(state.sizing, now, sizing_of(signals, p, allow), p.scale_up_window_s))
+                 sizing=remember(state.sizing, now, sizing_of(signals, p, allow), p.scale_up_window_s),
+                 tokens=remember(state.tokens, now, token_demand(signals, p) * (1 - allow),
+                                 max(p.scale_up_window_s, p.token_stabilization_s)))
     idle_s = math.inf if last_busy is None else now - last_busy
     floor = max(p.min_replicas, 1)
     if p.min_replicas == 0 and p.scale_to_zero_after_s is not None and idle_s >= p.scale_to_zero_after_s:
         floor = 0
 
     recent = window(st.sizing, now, p.scale_up_window_s)
-    avg = sum(recent) / len(recent)
+    avg = max(sum(recent) / len(recent), max(window(st.tokens, now, p.scale_up_window_s)))
     kv_need = math.ceil(sum(signals.kv_usage) / p.kv_target)
     want = max(math.ceil(avg / p.target_concurrency), kv_need)
     reason = f"demand {avg:.1f} / target {p.target_concurrency:g} per replica"
@@ -273,6 +280,11 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
     if st.last_scale_time is not None and now - st.last_scale_time < p.scale_down_interval_s:
         return scaled(st, now, cur, "waiting to observe the last change")
     fits, what = _fitting(window(st.history, now, p.scale_down_stabilization_s), p, allow)
+    # Prompt tokens come in bursts shorter than a cold start: keep what the last bursts needed for longer.
+    token_peak = max(window(st.tokens, now, p.token_stabilization_s))
+    if math.ceil(token_peak / (p.target_concurrency * p.scale_down_utilization)) > fits:
+        fits = math.ceil(token_peak / (p.target_concurrency * p.scale_down_utilization))
+        what = f"prompt tokens up to {token_peak:.1f} over {p.token_stabilization_s:g} s"
     fits = max(fits, math.ceil(sum(signals.kv_usage) / (p.kv_target * p.scale_down_utilization)))
     new = max(fits, cur - p.max_step_down, floor)
     if new >= cur:

@@ -36,8 +36,8 @@ SCENARIOS = {
     "spiky": Scenario("spiky:duration_s=1800",
                       "prefill-heavy spiky traffic: log-normal prompts (median 1469), 13-token answers, near-silent "
                       "spells then 20 s bursts (1-second burstiness 20-30x)"),
-    "long-output": Scenario("steps:rates=1.2,step_s=1800,prompt_tokens=400,output_tokens=800",
-                            "steady long-output traffic: 1.2 req/s, prompts ~400 tokens, answers ~800"),
+    "long-output": Scenario("steps:rates=5,step_s=1800,prompt_tokens=400,output_tokens=800",
+                            "steady long-output traffic: 5 req/s, prompts ~400 tokens, answers ~800"),
     "diurnal": Scenario("diurnal:low_rate=0.5,high_rate=8,period_s=1800,duration_s=1800",
                         "a day compressed into 30 min: 0.5 -> 8 -> 0.5 req/s along a cosine"),
     "mooncake-2x": Scenario("mooncake", "Mooncake conversation trace replayed 2x faster", compress=2.0,

@@ -31,8 +31,8 @@ class Row:
             out.append(f"overflow {o.overflow_share:.1%}")
         if self.bound_hours is None or o.replica_hours > BOUND_FACTOR * self.bound_hours:
             out.append("replica-hours vs bound")
-        for name, b in self.baselines.items():
-            if not (o.attainment > b.attainment and o.replica_hours <= b.replica_hours):
+        for name, b in self.baselines.items():  # at least its attainment (ties at 100% count) for no more hours
+            if not (o.attainment >= b.attainment and o.replica_hours <= b.replica_hours):
                 out.append(f"vs {name}")
         return out
 

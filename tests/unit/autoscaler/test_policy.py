@@ -223,3 +223,21 @@ def test_no_flapping_on_noisy_token_demand():
                                                       prompt_token_rate=12_500 * rng.uniform(0.6, 1.4)), 0, 3600)
     changes = sum(1 for a, b in zip(ds, ds[1:], strict=False) if a.replicas != b.replicas)
     assert changes <= 2, [d.reason for d in ds if not d.reason.startswith("hold")]
+
+
+def test_the_last_bursts_of_prompt_tokens_hold_the_pool_for_the_token_stabilization_window():
+    # A 20 s burst of 4 replicas' worth of prompt tokens every 5 minutes, near silence between: bursts come and go
+    # faster than a cold start, so the pool keeps what the last ones needed instead of shrinking between them.
+    def load(t, n):
+        burst = t % 300 < 20
+        return sig(n, running=2, attainment=1.0, prompt_token_rate=20_000.0 if burst else 100.0)
+    ds = run(TOKENS, ScalerState(1), load, 0, 3600)
+    assert max(d.replicas for d in ds) >= 4
+    first = next(i for i, d in enumerate(ds) if d.replicas >= 4)
+    assert min(d.replicas for d in ds[first:]) >= 4  # held through every quiet spell
+    changes = sum(1 for a, b in zip(ds, ds[1:], strict=False) if a.replicas != b.replicas)
+    assert changes <= 3
+    # Without bursts for longer than token_stabilization_s it steps down.
+    quiet = run(TOKENS, ds[-1].state, lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=100.0),
+                3605, 3605 + TOKENS.token_stabilization_s + 300)
+    assert quiet[-1].replicas < 4
