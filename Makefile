@@ -7,7 +7,7 @@ export PYTHONSAFEPATH := 1
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup run test lint cluster-tools llamacpp
+.PHONY: setup run test lint cluster-tools llamacpp lock node-tools images
 
 setup: $(VENV)/.installed
 
@@ -33,5 +33,21 @@ cluster-tools:
 llamacpp: setup
 	bash e2e/llamacpp/build.sh
 
-test: lint cluster-tools llamacpp
+# One lock of exact versions, used by the images and by users (`pip install -c requirements.lock ...`): every
+# extra and the build requirements, resolved for Linux x86_64 and CPython 3.11 (the images' Python). Re-running
+# keeps the pins it can and adds what is new; `make lock LOCK_FLAGS=--upgrade` moves every pin to the newest allowed.
+lock: setup
+	$(BIN)/python -P -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' \
+	  | $(BIN)/uv pip compile pyproject.toml - --all-extras --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	    --custom-compile-command "make lock" $(LOCK_FLAGS) -o requirements.lock
+
+# The node tier's system packages (needs root; skips what is installed) and its images (docker/, built with a
+# local Docker engine, cached by a digest of their inputs).
+node-tools:
+	bash e2e/node/install-tools.sh
+
+images: node-tools
+	bash e2e/images/build.sh
+
+test: lint cluster-tools llamacpp images
 	$(BIN)/pytest

@@ -1,27 +1,56 @@
-# The engine image for NVIDIA GPUs: `floodway engine` with torch (CUDA) and transformers.
-# Build from the repository root:  docker build -f docker/engine.Dockerfile -t floodway/engine:0.1.0 .
-# PyPI's Linux torch wheels bundle the CUDA runtime libraries, so a small CUDA base with the driver hooks is enough.
-ARG CUDA_BASE=nvidia/cuda:12.8.1-base-ubuntu24.04
-FROM ${CUDA_BASE}
+# The engine image, `floodway engine` with torch and transformers: one recipe for GPUs and CPUs.
+# Build from the repository root (e2e/images/build.sh does, with its flags):
+#   docker build -f docker/engine.Dockerfile -t floodway/engine:<version> .                        GPUs
+#   docker build -f docker/engine.Dockerfile --build-arg VARIANT=cpu -t floodway/engine-cpu:<version> .
+# Behind a TLS-intercepting proxy add --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt (used by pip during
+# the build only, never stored in the image).
+# BASE_IMAGE: an image with CPython 3.11 and its venv module, the Python the lock is resolved for:
+# python:3.11-slim, or the Debian base e2e/images/build.sh bootstraps. PyPI's torch brings the CUDA libraries
+# as wheels, so a GPU image needs no CUDA base: the NVIDIA container runtime adds the driver (asked for by
+# NVIDIA_DRIVER_CAPABILITIES); a CUDA base image with Python 3.11 works as BASE_IMAGE too.
+# VARIANT=cpu leaves out triton (kernels for GPUs only, about 1 GB). The nvidia-* wheels stay: PyPI's torch
+# does not import without them (measured: "libcublasLt.so.*[0-9] not found").
+ARG BASE_IMAGE=python:3.11-slim
 
-ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONSAFEPATH=1 \
-    PYTHONUNBUFFERED=1 VIRTUAL_ENV=/opt/floodway PATH=/opt/floodway/bin:$PATH \
+# The project's requirements alone: the dependency layer below is rebuilt when they or the lock change, not on
+# every edit of pyproject.toml.
+FROM ${BASE_IMAGE} AS requirements
+COPY pyproject.toml /
+RUN python3 -c "import tomllib; p = tomllib.load(open('/pyproject.toml', 'rb'))['project']; \
+print(*p['dependencies'], *p['optional-dependencies']['engine'], sep='\n')" > /requirements.txt
+
+FROM ${BASE_IMAGE}
+ARG VARIANT=cuda
+ENV VIRTUAL_ENV=/opt/floodway PATH=/opt/floodway/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+    PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     HOME=/cache HF_HOME=/cache/huggingface FLOODWAY_CACHE=/cache/floodway
-RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
-    && rm -rf /var/lib/apt/lists/* && python3 -m venv /opt/floodway
+RUN python3 -c "import sys; assert sys.version_info[:2] == (3, 11), 'BASE_IMAGE needs CPython 3.11: ' + sys.version" \
+    && python3 -m venv "$VIRTUAL_ENV"
 
+# Dependencies first (the project and its engine extra, `.[engine]`), every one pinned by the lock, in a layer of
+# their own. PIP_CONSTRAINT (unlike -c) also pins pip's isolated build of the project below (setuptools, wheel).
+# pip's downloads stay in a BuildKit cache mount: reused by the next build, never in the image.
 WORKDIR /src
-# Dependencies first, so code edits do not reinstall torch.
+COPY requirements.lock ./
+COPY --from=requirements /requirements.txt ./
+RUN --mount=type=cache,id=floodway-pip,target=/var/cache/pip,sharing=locked --mount=type=secret,id=ca \
+    if [ -f /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && PIP_CONSTRAINT=/src/requirements.lock pip install --cache-dir /var/cache/pip -r requirements.txt \
+    && if [ "$VARIANT" = cpu ]; then pip uninstall -y triton; fi \
+    && python -c "import torch, transformers; torch.ones(2) @ torch.ones(2)"
 COPY pyproject.toml setup.py README.md ./
-RUN mkdir -p engine operator && touch engine/__init__.py operator/__init__.py \
-    && pip install ".[engine]" && pip uninstall -y floodway
 COPY engine engine
 COPY operator operator
-RUN pip install --no-deps . && rm -rf /src
+RUN --mount=type=cache,id=floodway-pip,target=/var/cache/pip,sharing=locked --mount=type=secret,id=ca \
+    if [ -f /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && PIP_CONSTRAINT=/src/requirements.lock pip install --cache-dir /var/cache/pip --no-deps . \
+    && cd / && rm -rf /src && floodway --version
 
-RUN useradd --uid 1000 --home-dir /cache --no-create-home floodway && mkdir -p /cache && chown 1000:1000 /cache
-USER 1000:1000
+# Non-root; the root filesystem can be read-only: the engine writes only to /cache and /tmp (mount volumes).
 WORKDIR /cache
+RUN useradd --uid 1000 --home-dir /cache --no-create-home floodway && chown 1000:1000 /cache
+USER 1000:1000
+VOLUME ["/cache", "/tmp"]
 EXPOSE 8000
 # The operator's pods run `floodway engine` with the InferenceService's flags (see operator/render/engine.py).
 CMD ["floodway", "engine", "--host", "0.0.0.0", "--port", "8000"]

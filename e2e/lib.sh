@@ -19,10 +19,13 @@ need() {
   docker info > /dev/null 2>&1 || die "no Docker engine: 'docker info' failed; kind and minikube need a running Docker engine"
 }
 
+# The same Dockerfiles as e2e/images/build.sh, FROM python:3.11-slim (BASE_IMAGE: another CPython 3.11 base).
 build_images() {
   log "building $ENGINE_IMAGE and $OPERATOR_IMAGE"
-  docker build -f "$REPO/docker/engine-cpu.Dockerfile" -t "$ENGINE_IMAGE" "$REPO"
-  docker build -f "$REPO/docker/operator.Dockerfile" -t "$OPERATOR_IMAGE" "$REPO"
+  local base=(--build-arg "BASE_IMAGE=${BASE_IMAGE:-python:3.11-slim}")
+  DOCKER_BUILDKIT=1 docker build "${base[@]}" --build-arg VARIANT=cpu -f "$REPO/docker/engine.Dockerfile" \
+    -t "$ENGINE_IMAGE" "$REPO"
+  DOCKER_BUILDKIT=1 docker build "${base[@]}" -f "$REPO/docker/operator.Dockerfile" -t "$OPERATOR_IMAGE" "$REPO"
 }
 
 install_chart() {
