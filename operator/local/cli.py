@@ -13,7 +13,7 @@ import typer
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @app.command()
     def up(
-        file: Path = typer.Argument(None, help="InferenceService YAML (default: the built-in model with "
+        file: Path = typer.Argument(None, help="InferenceService YAML (default: the built-in SmolLM2 model with "
                                     "autoscaling and overflow to a local stand-in engine)."),
         port: int = typer.Option(8000, help="Gateway port: clients send OpenAI requests here."),
         host: str = typer.Option("127.0.0.1", help="Gateway listen address."),

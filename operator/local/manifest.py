@@ -11,10 +11,10 @@ LOCAL_OVERFLOW_SECRET = {"name": "local-overflow", "key": "api-key"}
 
 DEFAULT_MANIFEST = {
     "apiVersion": API_VERSION, "kind": KIND,
-    "metadata": {"name": "tiny"},
+    "metadata": {"name": "smollm2"},
     "spec": {
-        "model": "floodway/tiny-llama",
-        "engine": {"maxModelLen": 512, "maxNumSeqs": 8},
+        "model": "floodway/smollm2-135m-instruct",  # a real small chat model, shipped offline (engine/models)
+        "engine": {"maxModelLen": 2048, "maxNumSeqs": 8},
         "resources": {"gpus": 0},
         "replicas": {"min": 1, "max": 3},
         "slo": {"ttftMs": 2000, "tpotMs": 200},
