@@ -33,12 +33,23 @@ OVERFLOW_RULE = "overflow.baseURL and overflow.apiKeySecretRef are required when
     ({"replicas": {"min": 5, "max": 2}}, "replicas.min must be less than or equal to replicas.max"),
     ({"slo": {"ttftMs": 0}}, "spec.slo.ttftMs"),
     ({"slo": {"tpotMs": -5}}, "spec.slo.tpotMs"),
-    ({"engine": {"runtime": "tgi"}}, "spec.engine.runtime"),
+    ({"engine": {"runtime": "nonsense"}}, "spec.engine.runtime"),
     ({"overflow": {"enabled": True, "apiKeySecretRef": KEY}}, OVERFLOW_RULE),
     ({"overflow": {"enabled": True, "baseURL": "https://api.example.com/v1"}}, OVERFLOW_RULE),
     ({"engine": {"maxModelLen": 0}}, "spec.engine.maxModelLen"),
     ({"resources": {"gpus": -1}}, "spec.resources.gpus"),
-], ids=["min>max", "ttft0", "tpot<0", "runtime", "no-baseURL", "no-key", "maxModelLen0", "gpus<0"])
+    ({"resources": {"gpus": 2}}, "resources.gpus > 1 needs tensor parallelism"),
+    ({"storage": {"modelClaim": {"name": "m", "path": "a/../../etc"}}}, "storage.modelClaim.path must be relative"),
+    ({"storage": {"modelClaim": {"name": "m", "path": "/etc"}}}, "storage.modelClaim.path must be relative"),
+    ({"engine": {"env": [{"name": "A", "value": "b", "valueFrom": {"secretKeyRef": KEY}}]}},
+     "env takes value or valueFrom, not both"),
+    ({"engine": {"env": [{"name": "A", "valueFrom": {}}]}}, "exactly one of secretKeyRef and configMapKeyRef"),
+    ({"resources": {"cpu": "two"}}, "spec.resources.cpu"),
+    ({"rollout": {"maxSurge": -1}}, "rollout.maxSurge and rollout.maxUnavailable must be"),
+    ({"rollout": {"maxUnavailable": "half"}}, "rollout.maxSurge and rollout.maxUnavailable must be"),
+    ({"autoscaling": {"mode": "keda"}}, "spec.autoscaling.mode"),
+], ids=["min>max", "ttft0", "tpot<0", "runtime", "no-baseURL", "no-key", "maxModelLen0", "gpus<0", "gpus>1-no-tp",
+        "claim-dotdot", "claim-abs", "env-both", "env-none", "cpu", "surge", "unavailable", "mode"])
 def test_bad_spec_is_refused_by_the_api_server_and_by_the_local_parser(cluster, ns, bad, message):
     doc = manifest("bad", **bad)
     refused = cluster.kubectl("create", "-f", "-", input=json.dumps(doc), check=False)
@@ -55,15 +66,25 @@ def test_defaults_explain_scale_and_printer_columns(cluster, ns):
     local = parse(manifest("defaults", resources={"gpus": 1})).spec
     assert spec["engine"]["runtime"] == local.engine.runtime == "floodway"
     assert spec["engine"]["blockSize"] == local.engine.block_size
-    assert spec["replicas"] == {"min": local.replicas.min, "max": local.replicas.max}
+    assert spec["replicas"] == {"min": local.replicas.min, "max": local.replicas.max, "count": 1}
 
     explained = cluster.kubectl("explain", "inferenceservice.spec").stdout
     assert "How each engine replica serves the model." in explained
     assert "Spill to an external OpenAI-compatible API." in explained
     assert "Fewest engine replicas" in cluster.kubectl("explain", "inferenceservice.spec.replicas.min").stdout
+    claim = cluster.kubectl("explain", "inferenceservice.spec.storage.modelClaim").stdout
+    assert "read-only at /models" in claim and "/models/<path>" in claim
+    assert "HF_TOKEN" in cluster.kubectl("explain", "inferenceservice.spec.engine.hfTokenSecretRef").stdout
+    # Free-form fields survive the API server's pruning.
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest("free", resources={"gpus": 1, "affinity": affinity},
+                                                                  rollout={"maxSurge": "25%"})))
+    stored = cluster.get("-n", ns, "fwis", "free")["spec"]
+    assert stored["resources"]["affinity"] == affinity and stored["rollout"]["maxSurge"] == "25%"
 
     cluster.kubectl("-n", ns, "scale", "inferenceservice/defaults", "--replicas=3")
-    assert cluster.get("-n", ns, "inferenceservice", "defaults")["spec"]["replicas"]["min"] == 3
+    assert cluster.get("-n", ns, "inferenceservice", "defaults")["spec"]["replicas"]["count"] == 3
     header = cluster.kubectl("-n", ns, "get", "inferenceservice", "defaults").stdout.splitlines()[0].split()
     assert header[:4] == ["NAME", "MODEL", "READY", "DESIRED"] and "URL" not in header
     wide = cluster.kubectl("-n", ns, "get", "inferenceservice", "defaults", "-o", "wide").stdout.splitlines()[0]
