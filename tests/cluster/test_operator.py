@@ -1,7 +1,9 @@
 """`floodway operator` as a subprocess with the chart's ServiceAccount token (so the chart's RBAC is what it
 has) against the real control plane: it applies what render() renders, kwok pods become Ready, status and
 printer columns follow; the autoscaling loop follows a test-controlled metrics source; deleting the
-InferenceService collects what it owned; a restart in the middle of a reconcile converges without duplicates."""
+InferenceService collects what it owned; a restart in the middle of a reconcile converges without duplicates;
+autoscaling.mode external follows the scale subresource (kubectl scale, a real HPA); a missing claim and an
+object the operator did not create are named in conditions and events."""
 
 import json
 import threading
@@ -146,6 +148,97 @@ def test_restart_in_the_middle_of_a_reconcile_converges_without_duplicates(clust
     assert len(engine_rs) == 1, "a second ReplicaSet means the restarted operator changed the pod template"
     assert len(engine_pods(cluster, "restart")) == 2
     cluster.kubectl("-n", NS, "delete", "inferenceservice", "restart", "--wait=false")
+
+
+def condition(cluster, name: str, type_: str) -> dict | None:
+    return next((c for c in status(cluster, name).get("conditions", []) if c["type"] == type_), None)
+
+
+def test_external_mode_leaves_the_replicas_to_the_scale_subresource_and_an_hpa(cluster, operator, metrics):
+    """autoscaling.mode external: `kubectl scale` and a real HorizontalPodAutoscaler (kube-controller-manager's)
+    move replicas.count through the scale subresource, and the operator follows it, not its own autoscaler."""
+    apply(cluster, isvc("ext", metrics.port, replicas={"min": 1, "max": 4},
+                        autoscaling={"mode": "external", "intervalSeconds": 1}))
+    cluster.wait_until("1 engine pod Running", lambda: len(engine_pods(cluster, "ext", metrics)) == 1)
+    metrics.set(waiting=40, running=4)  # the operator's own autoscaler would scale up on this
+    cluster.kubectl("-n", NS, "scale", "inferenceservice", "ext", "--replicas=3")
+    cluster.wait_until("3 engine pods Running", lambda: len(engine_pods(cluster, "ext", metrics)) == 3, 90)
+    assert cluster.get("-n", NS, "inferenceservice", "ext")["spec"]["replicas"]["count"] == 3
+    scale = json.loads(cluster.kubectl("-n", NS, "get", "--raw", f"/apis/serving.floodway.io/v1alpha1/namespaces/"
+                                       f"{NS}/inferenceservices/ext/scale").stdout)
+    assert scale["spec"]["replicas"] == 3
+    cluster.wait_until("status.replicas 3 (the scale subresource's current count)",
+                       lambda: status(cluster, "ext").get("replicas") == 3, 60)
+    # An HPA below its minReplicas raises the target to it without needing any metric.
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+           "metadata": {"name": "ext", "namespace": NS},
+           "spec": {"scaleTargetRef": {"apiVersion": "serving.floodway.io/v1alpha1", "kind": "InferenceService",
+                                       "name": "ext"}, "minReplicas": 4, "maxReplicas": 4,
+                    "metrics": [{"type": "Pods", "pods": {"metric": {"name": "vllm_num_requests_waiting"},
+                                                          "target": {"type": "AverageValue", "averageValue": "4"}}}]}}
+    apply(cluster, hpa)
+    cluster.wait_until("4 engine pods Running after the HPA", lambda: len(engine_pods(cluster, "ext", metrics)) == 4,
+                       120)
+    assert cluster.get("-n", NS, "deployment", "ext-engine")["spec"]["replicas"] == 4
+    metrics.set(waiting=0, running=0)
+    cluster.kubectl("-n", NS, "delete", "hpa", "ext")
+    cluster.kubectl("-n", NS, "delete", "inferenceservice", "ext", "--wait=false")
+
+
+def test_a_missing_claim_is_named_in_conditions_and_events_until_it_exists(cluster, operator, metrics):
+    apply(cluster, isvc("onclaim", metrics.port, autoscaling={"intervalSeconds": 1},
+                        storage={"modelClaim": {"name": "models", "path": "tiny-llama"}}))
+    storage = cluster.wait_until("StorageAvailable False", lambda: (c := condition(cluster, "onclaim",
+                                                                                     "StorageAvailable"))
+                                 and c["status"] == "False" and c)
+    assert storage["reason"] == "ClaimUnavailable" and f"PersistentVolumeClaim {NS}/models not found" in \
+        storage["message"]
+    assert cluster.wait_until("a ClaimUnavailable event", lambda: events(cluster, "onclaim", "ClaimUnavailable"))
+    pods = cluster.wait_until("PodsHealthy False (the scheduler's reason)", lambda: (
+        c := condition(cluster, "onclaim", "PodsHealthy")) and c["status"] == "False" and c)
+    assert pods["reason"] == "Unschedulable" and '"models"' in pods["message"], pods
+    # A statically bound claim: the pod schedules, and both conditions clear.
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "onclaim-models"},
+          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
+                   "hostPath": {"path": "/var/lib/floodway-test-models"},
+                   "claimRef": {"namespace": NS, "name": "models"}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "models", "namespace": NS},
+           "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": "onclaim-models",
+                    "resources": {"requests": {"storage": "1Gi"}}}}
+    apply(cluster, pv)
+    apply(cluster, pvc)
+    cluster.wait_until("1 engine pod Running on the claim", lambda: len(engine_pods(cluster, "onclaim")) == 1, 90)
+    cluster.wait_until("StorageAvailable and PodsHealthy True", lambda: all(
+        (c := condition(cluster, "onclaim", t)) and c["status"] == "True" for t in ("StorageAvailable", "PodsHealthy")),
+        60)
+    pod = engine_pods(cluster, "onclaim")[0]["spec"]
+    assert {"name": "models", "mountPath": "/models", "readOnly": True} in pod["containers"][0]["volumeMounts"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--model") + 1] == "/models/tiny-llama"
+    cluster.kubectl("-n", NS, "delete", "inferenceservice", "onclaim", "--wait=false")
+
+
+def test_an_object_the_operator_did_not_create_is_not_adopted(cluster, operator, metrics):
+    users = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "taken", "namespace": NS,
+                                                                 "labels": {"owner": "user"}},
+             "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]}}
+    apply(cluster, users)
+    apply(cluster, isvc("taken", metrics.port))
+    cond = cluster.wait_until("OwnershipConflict True", lambda: (c := condition(cluster, "taken",
+                                                                                 "OwnershipConflict"))
+                              and c["status"] == "True" and c)
+    assert cond["reason"] == "ObjectNotOwned" and f"Service {NS}/taken already exists" in cond["message"]
+    event = cluster.wait_until("an ObjectNotOwned event", lambda: events(cluster, "taken", "ObjectNotOwned"))
+    assert event[0]["type"] == "Warning" and f"Service {NS}/taken" in event[0]["message"]
+    cluster.wait_until("the rest applied", lambda: cluster.run("kubectl", "-n", NS, "get", "deployment/taken-engine",
+                                                               check=False).returncode == 0)
+    live = cluster.get("-n", NS, "service", "taken")
+    assert live["spec"]["selector"] == {"app": "theirs"} and "ownerReferences" not in live["metadata"]
+    cluster.kubectl("-n", NS, "delete", "inferenceservice", "taken")
+    cluster.wait_until("its own objects collected", lambda: cluster.run(
+        "kubectl", "-n", NS, "get", "deployment/taken-engine", check=False).returncode != 0, 90)
+    assert cluster.get("-n", NS, "service", "taken")["spec"]["selector"] == {"app": "theirs"}  # still the user's
+    cluster.kubectl("-n", NS, "delete", "service", "taken")
 
 
 class Metrics:
