@@ -48,8 +48,11 @@ def sse_error_event(message: str, code: str) -> bytes:
 
 def overflow_body(payload: dict, model: str | None) -> bytes:
     """The request as sent to the overflow API: the configured model name in place of the client's."""
-    # Not ASCII-escaped: no larger than the client's body (lone surrogates were refused before).
-    return json.dumps(payload if model is None else {**payload, "model": model}, ensure_ascii=False).encode()
+    body = payload if model is None else {**payload, "model": model}
+    try:  # not ASCII-escaped: no larger than the client's body
+        return json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate in a field no model reads: only a JSON escape carries it
+        return json.dumps(body).encode()
 
 
 def is_error_body(content: bytes) -> bool:

@@ -48,3 +48,7 @@ def test_overflow_body_is_no_larger_than_the_clients():
 def test_debug_state_is_off_and_bodies_bounded_by_default():
     config = GatewayConfig(backends={"static": ["http://127.0.0.1:1"]})
     assert config.debug_state is False and config.max_body_bytes == 4 * 2**20
+
+
+def test_a_lone_surrogate_in_a_field_no_model_reads_travels_escaped():
+    assert json.loads(overflow_body({"prompt": "x", "metadata": {"k": "\ud800"}}, None))["metadata"]["k"] == "\ud800"
