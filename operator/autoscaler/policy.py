@@ -63,7 +63,7 @@ class AutoscalerPolicy:
     overflow_budget_window_s: float = 1800.0  # horizon of the spent-share estimate
     slo_noise_z: float = 1.0  # SLO feedback needs attainment this many standard errors below target
     prefill_tokens_per_s: float = 0.0  # a replica's prefill rate (0: demand in requests only)
-    prefill_target: float = 0.15  # share of that rate a replica is sized to carry (TTFT headroom for bursts)
+    prefill_target: float = 0.5  # share of that rate a replica is sized to carry (TTFT headroom for bursts)
     token_stabilization_s: float = 900.0  # scale-down waits until this long's peak token demand fits
 
     def __post_init__(self):
