@@ -4,6 +4,7 @@ no Secret anywhere, and it cannot grant more than it holds (no escalate/bind: th
 to cluster-admin or a Role with rights it lacks). Each check is a real request, not `kubectl auth can-i`."""
 
 import json
+from pathlib import Path
 
 import pytest
 from floodway.operator.render import Images, Owner, render
@@ -13,6 +14,7 @@ pytestmark = pytest.mark.cluster
 WATCHED = "serving"  # one of the test release's watchNamespaces (conftest.WATCHED_NAMESPACES)
 UNWATCHED = ("kube-system", "default")
 SA = ("floodway-system", "floodway")
+CHART = Path(__file__).resolve().parents[2] / "charts" / "floodway"
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +151,26 @@ def test_it_cannot_mint_tokens_for_other_service_accounts(as_operator):
     """A token of a ServiceAccount it can create would be a way around its own limits."""
     for ns, name in ((WATCHED, "default"), ("kube-system", "default"), SA):
         assert forbidden(as_operator("-n", ns, "create", "token", name)), (ns, name)
+
+
+def test_cluster_wide_is_a_choice_that_still_reads_no_secrets(cluster, floodway_crd):
+    """clusterWide: true (a second release): a ClusterRole lets it act in any namespace, with the same limits."""
+    release, ns = "wide", "floodway-wide"
+    cluster.helm("install", release, str(CHART), "--namespace", ns, "--create-namespace", "--set", "clusterWide=true",
+                 "--set", "networkPolicy.enabled=false", timeout_s=180)
+    try:
+        kubeconfig = str(cluster.service_account_kubeconfig(ns, f"{release}-floodway"))
+
+        def as_wide(*args: str, input: str | None = None) -> tuple[int, str]:
+            done = cluster.kubectl("--kubeconfig", kubeconfig, *args, input=input, check=False)
+            return done.returncode, done.stderr
+
+        code, err = as_wide("create", "-f", "-", "--dry-run=server", input=doc(deployment("default")))
+        assert code == 0, err
+        assert as_wide("get", "inferenceservices", "--all-namespaces")[0] == 0
+        assert as_wide("get", "customresourcedefinitions")[0] == 0  # kopf watches the CRDs cluster-wide
+        assert forbidden(as_wide("get", "secrets", "--all-namespaces"))
+        assert forbidden(as_wide("create", "-f", "-", input=doc(pod("kube-system"))))  # no pods, anywhere
+        assert forbidden(as_wide("create", "-f", "-", input=doc(binding("default", "ClusterRole", "cluster-admin"))))
+    finally:
+        cluster.helm("uninstall", release, "--namespace", ns, timeout_s=180)
