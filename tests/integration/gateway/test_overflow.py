@@ -19,8 +19,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MODEL = "floodway/tiny-llama"
 STREAM = {"model": MODEL, "prompt": "tell me about the river in flood", "max_tokens": 12, "stream": True}
 PLAIN = {**STREAM, "max_tokens": 8, "stream": False}
-# 32 tokens each: at least 1.6 s on the local engines (LOCAL_ARGS' step delay), so at 20 req/s a queue forms
-LONG = {**PLAIN, "max_tokens": 32}
+# 16 tokens each: at least 0.8 s on the local engines (LOCAL_ARGS' step delay), so at 20 req/s a queue forms
+# whatever the CPU; no more, as every local request of a test must also finish on a loaded machine
+LONG = {**PLAIN, "max_tokens": 16}
 THRESHOLD = 2  # max_waiting_per_replica in the overflow_config fixture
 
 

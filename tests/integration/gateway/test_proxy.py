@@ -53,10 +53,14 @@ def test_errors_keep_the_openai_shape(engines, gateway):
     assert bad_json.status_code == 400 and "not valid JSON" in bad_json.json()["error"]["message"]
     unknown = httpx.post(gw.url + "/v1/completions", json={"model": "nope", "prompt": "x"}, timeout=30)
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
-    relayed = httpx.post(gw.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": -1},
-                         timeout=30)  # the engine's own 400, passed through, not retried
+    own = httpx.post(gw.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": -1},
+                     timeout=30)  # the engines' request models, run at the gateway: refused before routing
+    assert own.status_code == 400 and "x-floodway-backend" not in own.headers
+    assert own.json()["error"]["param"] == "max_tokens"
+    relayed = httpx.post(gw.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 10**6},
+                         timeout=30)  # only the engine knows its context: its own 400, passed through, not retried
     assert relayed.status_code == 400 and relayed.headers["x-floodway-backend"] == engines[0].url
-    assert "max_tokens" in relayed.json()["error"]["message"]
+    assert relayed.json()["error"]["code"] == "context_length_exceeded"
     wrong_method = httpx.get(gw.url + "/v1/completions", timeout=30)
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
 
