@@ -3,7 +3,9 @@
 A step that decodes b sequences and prefills c tokens takes about decode_s(b) + c x s_per_prefill_token, and
 each decoding sequence gets one token per step: the step time is their TPOT. So while sequences decode, a
 step's prefill is capped at what fits in the TPOT SLO (with headroom for noise), never below a floor that
-keeps prefills moving when the decodes alone already fill the SLO. Steps without decodes are not capped.
+keeps prefills moving when the decodes nearly fill the SLO. Steps without decodes are not capped, nor are
+steps whose decodes alone miss the SLO: there capping prefill saves no TPOT and only adds per-step overhead
+to TTFT (measured: `floodway bench engine --tpot-slo-ms` on a CPU whose decode step exceeded the SLO).
 The engine feeds the cap its own measured step times (StepTimes); the simulator its replica profile.
 """
 
@@ -20,6 +22,8 @@ def prefill_budget_tokens(tpot_slo_s: float, decode_s: float, s_per_prefill_toke
     if s_per_prefill_token <= 0:
         return cap
     room = HEADROOM * tpot_slo_s - decode_s
+    if room <= 0:
+        return cap
     return int(min(cap, max(MIN_PREFILL_TOKENS, math.floor(room / s_per_prefill_token))))
 
 

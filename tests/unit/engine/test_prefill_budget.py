@@ -8,7 +8,8 @@ def test_budget_is_the_prefill_that_fits_in_the_tpot_slo_beside_the_decodes():
     # 50 ms SLO, 10 ms decode step, 20 us per prefill token: (0.9 * 50 - 10) ms / 20 us = 1750 tokens.
     assert prefill_budget_tokens(0.05, 0.010, 20e-6, 2048) == int((HEADROOM * 0.05 - 0.010) / 20e-6)
     assert prefill_budget_tokens(0.05, 0.010, 1e-6, 2048) == 2048  # capped by the step's token budget
-    assert prefill_budget_tokens(0.05, 0.060, 20e-6, 2048) == MIN_PREFILL_TOKENS  # decodes alone miss it
+    assert prefill_budget_tokens(0.05, 0.044, 20e-6, 2048) == MIN_PREFILL_TOKENS  # decodes nearly fill it
+    assert prefill_budget_tokens(0.05, 0.060, 20e-6, 2048) == 2048  # decodes alone miss it: capping saves nothing
 
 
 def test_step_times_learn_decode_and_prefill_costs_from_measured_steps():
