@@ -12,12 +12,13 @@
 # does not import without them (measured: "libcublasLt.so.*[0-9] not found").
 ARG BASE_IMAGE=python:3.11-slim
 
-# The project's requirements alone: the dependency layer below is rebuilt when they or the lock change, not on
-# every edit of pyproject.toml.
+# The project's requirements alone (`.[engine]`, and the build backend's): the dependency layer below is
+# rebuilt when they or the lock change, not on every edit of pyproject.toml.
 FROM ${BASE_IMAGE} AS requirements
 COPY pyproject.toml /
-RUN python3 -c "import tomllib; p = tomllib.load(open('/pyproject.toml', 'rb'))['project']; \
-print(*p['dependencies'], *p['optional-dependencies']['engine'], sep='\n')" > /requirements.txt
+RUN python3 -c "import tomllib; t = tomllib.load(open('/pyproject.toml', 'rb')); p = t['project']; \
+open('/requirements.txt', 'w').write('\n'.join([*p['dependencies'], *p['optional-dependencies']['engine']])); \
+open('/build-requirements.txt', 'w').write('\n'.join(t['build-system']['requires']))"
 
 FROM ${BASE_IMAGE}
 ARG VARIANT=cuda
@@ -27,23 +28,28 @@ ENV VIRTUAL_ENV=/opt/floodway PATH=/opt/floodway/bin:$PATH PIP_DISABLE_PIP_VERSI
 RUN python3 -c "import sys; assert sys.version_info[:2] == (3, 11), 'BASE_IMAGE needs CPython 3.11: ' + sys.version" \
     && python3 -m venv "$VIRTUAL_ENV"
 
-# Dependencies first (the project and its engine extra, `.[engine]`), every one pinned by the lock, in a layer of
-# their own. PIP_CONSTRAINT (unlike -c) also pins pip's isolated build of the project below (setuptools, wheel).
-# pip's downloads stay in a BuildKit cache mount: reused by the next build, never in the image.
+# Dependencies first, every one pinned by the lock (PIP_CONSTRAINT: unlike -c it also pins pip's isolated build
+# of the project). Wheels are downloaded into a BuildKit cache mount, /wheels, and installed from there: the next
+# build finds them (pip's HTTP cache cannot be relied on: some proxies strip the headers it needs), and no layer
+# keeps them.
 WORKDIR /src
 COPY requirements.lock ./
-COPY --from=requirements /requirements.txt ./
-RUN --mount=type=cache,id=floodway-pip,target=/var/cache/pip,sharing=locked --mount=type=secret,id=ca \
+COPY --from=requirements /requirements.txt /build-requirements.txt ./
+RUN --mount=type=cache,id=floodway-wheels,target=/wheels,sharing=locked --mount=type=secret,id=ca \
     if [ -f /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
-    && PIP_CONSTRAINT=/src/requirements.lock pip install --cache-dir /var/cache/pip -r requirements.txt \
+    && export PIP_CONSTRAINT=/src/requirements.lock \
+    && pip download --dest /wheels -r requirements.txt -r build-requirements.txt \
+    && pip install --no-index --find-links /wheels -r requirements.txt \
     && if [ "$VARIANT" = cpu ]; then pip uninstall -y triton; fi \
     && python -c "import torch, transformers; torch.ones(2) @ torch.ones(2)"
 COPY pyproject.toml setup.py README.md ./
 COPY engine engine
 COPY operator operator
-RUN --mount=type=cache,id=floodway-pip,target=/var/cache/pip,sharing=locked --mount=type=secret,id=ca \
+RUN --mount=type=cache,id=floodway-wheels,target=/wheels,sharing=locked --mount=type=secret,id=ca \
     if [ -f /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
-    && PIP_CONSTRAINT=/src/requirements.lock pip install --cache-dir /var/cache/pip --no-deps . \
+    && export PIP_CONSTRAINT=/src/requirements.lock \
+    && pip download --dest /wheels -r build-requirements.txt \
+    && PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels pip install --no-deps . \
     && cd / && rm -rf /src && floodway --version
 
 # Non-root; the root filesystem can be read-only: the engine writes only to /cache and /tmp (mount volumes).
