@@ -115,7 +115,7 @@ def test_budget_exhaustion_yields_429_with_retry_after(engines, gateway, overflo
 def test_overflow_api_down_opens_breaker_and_falls_back_to_local(engines, gateway, overflow_config, metric,
                                                                    no_secret_anywhere):
     down = f"http://127.0.0.1:{procs.free_port()}/v1"  # nothing listens there
-    gw = gateway(overflow_config(base_url=down, breaker={"failure_threshold": 2, "cooldown_s": 60}))
+    gw = gateway(overflow_config(base_url=down, breaker={"failure_threshold": 2, "cooldown_s": 3600}))
     results = asyncio.run(send_at_rate(gw.url + "/v1/completions", LONG, 20, 20))
     assert not failures(results)  # every request fell back to local queueing
     assert {r.backend for r in results} <= {engines[0].url, engines[1].url}
@@ -134,7 +134,7 @@ def test_frozen_overflow_api_never_hangs(engines, gateway, metric, no_secret_any
     dead_local = f"http://127.0.0.1:{procs.free_port()}"
     gw = gateway({"backends": {"static": [dead_local]}, "overflow": {
         "enabled": True, "base_url": external.url + "/v1", "model": "ext", "api_key_env": "OVERFLOW_KEY",
-        "first_byte_timeout_s": 1.0, "hold_timeout_s": 2.0, "breaker": {"failure_threshold": 2, "cooldown_s": 60}}})
+        "first_byte_timeout_s": 1.0, "hold_timeout_s": 2.0, "breaker": {"failure_threshold": 2, "cooldown_s": 3600}}})
     os.kill(external.pid, signal.SIGSTOP)  # the kernel still accepts connections; nothing answers
     try:
         results = asyncio.run(send_at_rate(gw.url + "/v1/completions", PLAIN, 6, 5))
