@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the control plane that tests/cluster runs (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok, helm) from the Go modules pinned in go.mod here (Go from PATH,
+# kube-scheduler, kubectl, kwok, helm) and the real node's kubelet and kube-proxy (tests/node) from the Go
+# modules pinned in go.mod here (Go from PATH,
 # /usr/local/go or $GO), and writes bin/kwok.yaml: the Stages (node and pod lifecycles) that kwok runs.
 # Binaries are cached by version under ~/.cache/floodway/cluster/<version>/bin: a repeat run takes seconds.
 #   bash e2e/cluster/build.sh          build if needed; the last line is FLOODWAY_CLUSTER_BIN=<folder>
@@ -24,7 +25,7 @@ digest=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)
 cache=${FLOODWAY_CLUSTER_CACHE:-$HOME/.cache/floodway/cluster}
 dest="$cache/$k8s-$digest"
 bin="$dest/bin"
-tools=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
+tools=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm kubelet kube-proxy)
 
 built() {
   [ -f "$dest/complete" ] && [ -f "$bin/kwok.yaml" ] || return 1
@@ -66,6 +67,8 @@ pkgs=(
   k8s.io/kubernetes/cmd/kube-controller-manager
   k8s.io/kubernetes/cmd/kube-scheduler
   k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kubelet
+  k8s.io/kubernetes/cmd/kube-proxy
   sigs.k8s.io/kwok/cmd/kwok
   helm.sh/helm/v3/cmd/helm
 )
