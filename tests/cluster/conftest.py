@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "e2e" / "cluster" / "build.sh"
 GPU_NODES = {"gpu-node-0": 4, "gpu-node-1": 4}  # name -> nvidia.com/gpu capacity
 START_TIMEOUT_S = 120.0
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` Service
 
 
 def binaries() -> Path:
@@ -33,26 +35,29 @@ def binaries() -> Path:
     return Path(where.stdout.strip().splitlines()[-1].split("=", 1)[1])
 
 
-def make_pki(d: Path) -> None:
-    """A CA, the API server's serving cert, an admin client cert (system:masters) and a service account key."""
+def make_pki(d: Path, host: str = "127.0.0.1") -> None:
+    """A CA, the API server's serving cert (for `host` and the `kubernetes` Service's IP), an admin client cert
+    (system:masters) and a service account key."""
     (d / "openssl.cnf").write_text("[req]\ndistinguished_name = dn\n[dn]\n")  # no defaults from the system file
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"]
-
-    def req(name: str, subject: str, *ext: str, ca: bool = False) -> None:
-        signer = [] if ca else ["-CA", "ca.crt", "-CAkey", "ca.key"]
-        args = ["req", "-config", "openssl.cnf", "-x509", *signer, *key, "-keyout", f"{name}.key",
-                "-out", f"{name}.crt", "-subj", subject]
-        for e in ext:
-            args += ["-addext", e]
-        openssl(d, *args)
-
-    req("ca", "/CN=floodway-test-ca", "basicConstraints=critical,CA:TRUE", "keyUsage=critical,keyCertSign,cRLSign",
-        ca=True)
-    req("apiserver", "/CN=kube-apiserver", "extendedKeyUsage=serverAuth",
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc")
-    req("admin", "/O=system:masters/CN=floodway-test-admin", "extendedKeyUsage=clientAuth")
+    issue_cert(d, "ca", "/CN=floodway-test-ca", "basicConstraints=critical,CA:TRUE",
+               "keyUsage=critical,keyCertSign,cRLSign", ca=True)
+    issue_cert(d, "apiserver", "/CN=kube-apiserver", "extendedKeyUsage=serverAuth",
+               f"subjectAltName=IP:{host},IP:{KUBERNETES_SERVICE_IP},DNS:localhost,DNS:kubernetes,"
+               "DNS:kubernetes.default.svc")
+    issue_cert(d, "admin", "/O=system:masters/CN=floodway-test-admin", "extendedKeyUsage=clientAuth")
     openssl(d, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "sa.key")
     openssl(d, "pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+
+
+def issue_cert(d: Path, name: str, subject: str, *ext: str, ca: bool = False) -> None:
+    """{name}.key and {name}.crt in d, signed by d's ca.crt (self-signed when ca); ext are -addext lines."""
+    signer = [] if ca else ["-CA", "ca.crt", "-CAkey", "ca.key"]
+    args = ["req", "-config", "openssl.cnf", "-x509", *signer, "-newkey", "ec", "-pkeyopt",
+            "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-keyout", f"{name}.key", "-out", f"{name}.crt",
+            "-subj", subject]
+    for e in ext:
+        args += ["-addext", e]
+    openssl(d, *args)
 
 
 def openssl(cwd: Path, *args: str) -> None:
@@ -141,12 +146,14 @@ def wait_healthy(proc: Proc, name: str, url: str, client: httpx.Client) -> None:
         raise RuntimeError(f"{name} not healthy at {url} within {START_TIMEOUT_S}s:\n{proc.log_tail()}") from None
 
 
-def start_control_plane(cluster: Cluster) -> None:
+def start_control_plane(cluster: Cluster, host: str = "127.0.0.1", apiserver_args: tuple[str, ...] = ()) -> None:
+    """Listens on `host`; another address than loopback (one that pods reach) also gets the `kubernetes`
+    Service's endpoints."""
     b, d = cluster.bin, cluster.dir
-    make_pki(d)
+    make_pki(d, host)
     ports = {n: free_port() for n in ("etcd", "peer", "apiserver", "cm", "scheduler", "kwok")}
     etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-    cluster.server = f"https://127.0.0.1:{ports['apiserver']}"
+    cluster.server = f"https://{host}:{ports['apiserver']}"
     write_kubeconfig(cluster.kubeconfig, cluster.server, d / "ca.crt",
                      {"client-certificate": str(d / "admin.crt"), "client-key": str(d / "admin.key")})
     kc = f"--kubeconfig={cluster.kubeconfig}"
@@ -163,14 +170,15 @@ def start_control_plane(cluster: Cluster) -> None:
         "--unsafe-no-fsync", "--log-level=warn"]),  # a throwaway store: durability buys nothing here
         "etcd", etcd_url + "/health", plain)
     wait_healthy(launch(cluster, "kube-apiserver", [
-        str(b / "kube-apiserver"), f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1",
-        f"--secure-port={ports['apiserver']}", "--advertise-address=127.0.0.1", f"--cert-dir={d / 'certs'}",
+        str(b / "kube-apiserver"), f"--etcd-servers={etcd_url}", f"--bind-address={host}",
+        f"--secure-port={ports['apiserver']}", f"--advertise-address={host}", f"--cert-dir={d / 'certs'}",
         f"--tls-cert-file={d / 'apiserver.crt'}", f"--tls-private-key-file={d / 'apiserver.key'}",
         f"--client-ca-file={d / 'ca.crt'}", f"--service-account-key-file={d / 'sa.pub'}",
         f"--service-account-signing-key-file={d / 'sa.key'}",
-        "--service-account-issuer=https://kubernetes.default.svc", "--service-cluster-ip-range=10.96.0.0/16",
-        "--authorization-mode=Node,RBAC", "--allow-privileged=true", "--endpoint-reconciler-type=none",
-        "--profiling=false"]), "kube-apiserver", "/readyz", admin)
+        "--service-account-issuer=https://kubernetes.default.svc", f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--authorization-mode=Node,RBAC", "--allow-privileged=true", "--profiling=false",
+        f"--endpoint-reconciler-type={'none' if host == '127.0.0.1' else 'lease'}", *apiserver_args]),
+        "kube-apiserver", "/readyz", admin)
     wait_healthy(launch(cluster, "kube-controller-manager", [
         str(b / "kube-controller-manager"), kc, "--leader-elect=false", "--bind-address=127.0.0.1",
         f"--secure-port={ports['cm']}", f"--service-account-private-key-file={d / 'sa.key'}",
