@@ -130,9 +130,10 @@ build_one() {  # name dockerfile variant tar
 # The engine as a pod runs it: uid 1000, read-only root filesystem, writable /cache and /tmp only, no network;
 # it must load the built-in model and answer a completion.
 smoke_engine() {
-  local ref=$1 c=floodway-smoke-$$ started=$SECONDS
+  local ref=$1 c=floodway-smoke started=$SECONDS
   local ask="import urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:8000/v1/completions', \
 b'{\"model\":\"floodway/tiny-llama\",\"prompt\":\"hi\",\"max_tokens\":4}', {'content-type': 'application/json'}), timeout=30)"
+  "$docker_cli" rm -f "$c" > /dev/null 2>&1 || true  # left by an interrupted run
   "$docker_cli" run -d --name "$c" --read-only --tmpfs /tmp --tmpfs /cache:uid=1000,gid=1000 --network none "$ref" \
     floodway engine --model floodway/tiny-llama --host 127.0.0.1 --port 8000 > /dev/null
   for _ in $(seq 240); do  # poll with a deadline: 240 tries, 0.5 s apart
