@@ -24,6 +24,7 @@ from floodway.engine.server.protocol import (
     now_s,
 )
 from floodway.engine.server.state import ServerOptions, ServerState
+from floodway.operator.version import __version__
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 413, 429, 503)}
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -86,7 +87,7 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         yield
         state.shutdown()
 
-    app = FastAPI(title="Floodway engine", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="Floodway engine", version=__version__, lifespan=lifespan,
                   description="OpenAI-compatible API of one Floodway engine.")
     app.state.server = state
     errors.install(app)
