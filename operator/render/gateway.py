@@ -23,6 +23,8 @@ SERVICE_PORT = 80
 CONFIG_DIR = "/etc/floodway"
 CONFIG_FILE = "gateway.yaml"
 API_KEY_ENV = "FLOODWAY_OVERFLOW_API_KEY"
+CLIENT_KEYS_DIR = "/var/run/secrets/floodway/gateway"
+CLIENT_KEYS_FILE = "api-keys"
 
 
 def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: str = "0.0.0.0") -> dict:
@@ -42,7 +44,10 @@ def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: 
 
 def cluster_gateway_config(spec: InferenceServiceSpec, owner: Owner) -> dict:
     backends = {"kubernetes": {"namespace": owner.namespace, "service": engine_name(owner), "port": "http"}}
-    return gateway_config(spec, backends, GATEWAY_PORT)
+    config = gateway_config(spec, backends, GATEWAY_PORT)
+    if spec.gateway.api_keys_secret_ref is not None:
+        config["auth"] = {"tokens_file": f"{CLIENT_KEYS_DIR}/{CLIENT_KEYS_FILE}"}
+    return config
 
 
 def config_yaml(config: dict) -> str:
@@ -75,8 +80,19 @@ def _container(spec: InferenceServiceSpec, images: Images) -> dict:
         "livenessProbe": {**probe, "periodSeconds": 15, "failureThreshold": 3},
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         "securityContext": LOCKED_CONTAINER,
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+                        + ([{"name": "api-keys", "mountPath": CLIENT_KEYS_DIR, "readOnly": True}]
+                           if spec.gateway.api_keys_secret_ref else []),
     }
+
+
+def _key_volumes(spec: InferenceServiceSpec) -> list[dict]:
+    # The client keys reach the pod as a file from the Secret; the operator never reads them.
+    ref = spec.gateway.api_keys_secret_ref
+    if ref is None:
+        return []
+    return [{"name": "api-keys", "secret": {"secretName": ref.name, "items": [{"key": ref.key,
+                                                                                "path": CLIENT_KEYS_FILE}]}}]
 
 
 def gateway_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
@@ -84,7 +100,7 @@ def gateway_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images)
     digest = hashlib.sha256(config_yaml(cluster_gateway_config(spec, owner)).encode()).hexdigest()[:16]
     pod = {"serviceAccountName": gateway_name(owner), "securityContext": POD_SECURITY,
            "terminationGracePeriodSeconds": 30, "containers": [_container(spec, images)],
-           "volumes": [{"name": "config", "configMap": {"name": gateway_name(owner)}}],
+           "volumes": [{"name": "config", "configMap": {"name": gateway_name(owner)}}] + _key_volumes(spec),
            "topologySpreadConstraints": spread(owner, "gateway")}
     if spec.image_pull_secrets:
         pod["imagePullSecrets"] = pull_secrets(spec)

@@ -270,6 +270,9 @@ class GatewaySpec(SpecModel):
     through node drains (the gateway is the service's only way in)."""
     image: str | None = None
     """Container image; defaults to the operator's own image."""
+    api_keys_secret_ref: SecretKeyRef | None = None
+    """Secret key holding the API keys clients must send (`Authorization: Bearer <key>`), one per line; mounted
+    into the gateway pods as a file (the operator never reads it). Unset: the gateway takes any client."""
 
 
 MODELS_DIR = "/models"

@@ -146,3 +146,20 @@ def test_rendered_gateway_config_is_a_valid_gateway_config():
         assert local.overflow.enabled == s.overflow.enabled
     with_overflow = cluster_gateway_config(spec(overflow=OVERFLOW), OWNER)
     assert GatewayConfig.model_validate(with_overflow).overflow.model == "small"
+
+
+def test_gateway_client_keys_from_a_secret_file():
+    from floodway.operator.gateway.config import GatewayConfig
+
+    keyed = spec(gateway={"apiKeysSecretRef": {"name": "client-keys", "key": "keys"}})
+    pod = by_kind(render(keyed, OWNER, Images()))[("Deployment", "chat-gateway")]["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "api-keys")
+    assert volume["secret"] == {"secretName": "client-keys", "items": [{"key": "keys", "path": "api-keys"}]}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "api-keys")
+    assert mount["readOnly"] is True
+    config = GatewayConfig.model_validate(cluster_gateway_config(keyed, OWNER))
+    assert config.auth.tokens_file == f"{mount['mountPath']}/api-keys"
+    assert not config.debug_state  # /debug/state stays off unless asked for
+    open_pod = by_kind(render(spec(), OWNER, Images()))[("Deployment", "chat-gateway")]["spec"]["template"]["spec"]
+    assert [v["name"] for v in open_pod["volumes"]] == ["config"]
+    assert cluster_gateway_config(spec(), OWNER).get("auth") is None
