@@ -9,6 +9,7 @@ process on this machine (no external API is reachable here), listening on the br
 Capacity is made scarce by configuration (maxNumSeqs 2 and the engine's --step-delay-ms), never by loading the
 CPU, so the burst needs a second replica on any machine."""
 
+import concurrent.futures
 import json
 import shutil
 import time
@@ -26,6 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 NS = "floodway-node"
 IS = "tiny"
 SERVED = "tiny-llama"
+# What an InferenceService creates (the operator renders each, owned by it), besides pods.
+OWNED = ("deployments", "services", "configmaps", "poddisruptionbudgets", "networkpolicies", "serviceaccounts",
+         "roles", "rolebindings")
 STEP_DELAY_MS = 40  # each engine step takes >= 40 ms: a 32-token answer holds a slot for over a second
 
 
@@ -183,3 +187,114 @@ def test_chat_through_the_gateway_service(floodway):
     # The gateway may overflow a request it predicts would miss the SLO; the real pod serves the rest.
     assert any(a.startswith(f"{IS}-engine-") for a in answers), answers
 
+
+def test_burst_scales_up_with_overflow_then_down(floodway, overflow_stand_in):
+    c = floodway["cluster"]
+    burst_started = time.monotonic()
+    backends: list[str] = []
+    stop_at = [None]
+
+    def one(i: int) -> str:
+        raw = chat(floodway["gateway"], f"burst request {i}", max_tokens=32)
+        assert raw.parse().choices[0].message.content is not None
+        return raw.headers.get("x-floodway-backend", "")
+
+    second_ready = None
+    with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
+        # Keep 12 requests in flight (6x one replica's batch) until a second engine pod is Ready.
+        running = {pool.submit(one, i) for i in range(12)}
+        n = 12
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            done, running = concurrent.futures.wait(running, timeout=1.0,
+                                                    return_when=concurrent.futures.FIRST_COMPLETED)
+            for f in done:
+                backends.append(f.result())
+                running.add(pool.submit(one, n))
+                n += 1
+            ready = [p for p in engine_pods(c) if ready_since(p)]
+            if len(ready) >= 2 and second_ready is None:
+                second_ready = time.monotonic()
+                stop_at[0] = second_ready + 5  # a few seconds of load on both pods
+            if stop_at[0] and time.monotonic() > stop_at[0]:
+                break
+        for f in concurrent.futures.as_completed(running):
+            backends.append(f.result())
+    assert second_ready is not None, f"no second engine pod Ready within 300 s of the burst\n{describe(c)}"
+    new = max(engine_pods(c), key=lambda p: ts(p["metadata"]["creationTimestamp"]))
+    print(f"\nnode tier: burst start to second engine pod Ready {second_ready - burst_started:.1f} s (that pod: "
+          f"created to Ready {ready_since(new) - ts(new['metadata']['creationTimestamp']):.0f} s, API times); "
+          f"{len(backends)} requests, {backends.count('overflow')} to overflow")
+    assert backends.count("overflow") > 0, "overflow served nothing while the second pod started"
+    assert len({b for b in backends if b != "overflow"}) >= 2, backends  # both real pods served
+
+    ended = time.monotonic()
+    try:
+        c.wait_until("scale-down to one engine pod after the burst",
+                     lambda: len(engine_pods(c)) == 1 and c.get("-n", NS, "deployment", f"{IS}-engine")
+                     ["spec"]["replicas"] == 1, timeout_s=180, interval_s=1.0)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n{describe(c)}") from None
+    print(f"node tier: burst end to one engine pod {time.monotonic() - ended:.1f} s")
+
+
+def test_pod_deleted_mid_load_drains_and_loses_nothing(floodway):
+    c = floodway["cluster"]
+    victim = engine_pods(c)[0]["metadata"]["name"]
+    results: list[tuple[str, str]] = []
+
+    def streamed(i: int) -> tuple[str, str]:
+        raw = chat(floodway["gateway"], f"drain request {i}", max_tokens=48, stream=True)
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
+        return raw.headers.get("x-floodway-backend", ""), text
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        first = [pool.submit(streamed, i) for i in range(4)]  # streaming on the victim when it is deleted
+        c.wait_until("requests streaming", lambda: any(f.running() for f in first), timeout_s=10)
+        deleted = time.monotonic()
+        c.kubectl("-n", NS, "delete", "pod", victim, "--wait=false")
+        later = [pool.submit(streamed, i) for i in range(4, 8)]  # sent while the pod drains
+        for f in first + later:
+            results.append(f.result())  # raises if any request was lost
+    c.wait_until("the deleted pod gone", lambda: victim not in {p["metadata"]["name"] for p in c.get(
+        "-n", NS, "pods")["items"]}, timeout_s=120, interval_s=0.5)
+    print(f"\nnode tier: pod deleted to gone (SIGTERM drain) {time.monotonic() - deleted:.1f} s; backends "
+          f"{[b for b, _ in results]}")
+    assert all(text for _, text in results), results
+
+
+def test_missing_secret_is_a_condition(floodway, node_cluster, overflow_stand_in):
+    c = floodway["cluster"]
+    apply(c, inference_service(node_cluster, overflow_stand_in.port, name="needs-secret", env=[
+        {"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {"name": "not-there", "key": "token"}}}]))
+
+    def surfaced() -> str | None:
+        status = c.get("-n", NS, "inferenceservice", "needs-secret").get("status", {})
+        text = json.dumps(status.get("conditions", []))
+        return text if "CreateContainerConfigError" in text else None
+
+    try:
+        text = c.wait_until("CreateContainerConfigError in the InferenceService status", surfaced, timeout_s=120,
+                            interval_s=1.0)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n{describe(c)}") from None
+    assert "not-there" in text
+    pod = engine_pods(c, "needs-secret")[0]
+    waiting = pod["status"]["containerStatuses"][0]["state"].get("waiting", {})
+    assert waiting.get("reason") == "CreateContainerConfigError", pod["status"]
+
+
+def test_deleting_the_inferenceservice_removes_everything(floodway):
+    c = floodway["cluster"]
+    c.kubectl("-n", NS, "delete", "inferenceservice", IS, "needs-secret", "--ignore-not-found", "--wait=true",
+              "--timeout=120s", timeout_s=150)
+    selector = f"app.kubernetes.io/instance in ({IS},needs-secret)"
+
+    def gone() -> bool:
+        left = c.kubectl("-n", NS, "get", ",".join(("pods", *OWNED)), "-l", selector, "-o", "name").stdout
+        return not left.strip()
+
+    try:
+        c.wait_until("everything the InferenceServices created deleted", gone, timeout_s=120, interval_s=1.0)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n{describe(c)}") from None
