@@ -50,9 +50,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         lease_name: str = typer.Option("floodway-operator", help="Name of the leader-election Lease."),
         lease_duration: float = typer.Option(15.0, min=5, help="Seconds a leader's Lease lasts unrenewed."),
         identity: str = typer.Option(None, help="This replica's name in the Lease (default: $POD_NAME)."),
-        gateway_url: str = typer.Option("http://{name}.{namespace}.svc:{port}",
-                                        help="Template of each service's gateway URL for scraping ('' "
-                                        "skips the gateway, e.g. for an operator outside the cluster)."),
+        gateway_url: str = typer.Option("http://{pod_ip}:{pod_port}",
+                                        help="Template of the URL of each ready gateway pod for scraping "
+                                        "({pod_ip}, {pod_port}, {name}, {namespace}, {port}: the Service's); '' "
+                                        "skips the gateway, e.g. for an operator outside the cluster."),
     ) -> None:
         """Run the InferenceService operator (kopf): reconcile, autoscale, status and events."""
         try:

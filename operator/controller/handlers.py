@@ -17,7 +17,7 @@ from floodway.operator.controller.storage import claim_problems, claim_roles
 from floodway.operator.planner.fit import spec_fit
 from floodway.operator.render import Owner, render, service_url
 from floodway.operator.render.engine import engine_deployment
-from floodway.operator.render.gateway import SERVICE_PORT
+from floodway.operator.render.gateway import GATEWAY_PORT, SERVICE_PORT
 from floodway.operator.render.meta import engine_name, selector_string
 from floodway.operator.spec import GROUP, PLURAL, VERSION, SpecError, parse_spec
 
@@ -104,8 +104,10 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
     found = engine_pods(pods)
     urls = {pod: f"http://{ip}:{parsed.engine.port}" for pod, ip in found.ready.items()}
     template = memo.gateway_url_template
-    gateway_url = template.format(name=name, namespace=namespace, port=SERVICE_PORT) if template else None
-    scr = scrape(urls, gateway_url, found.starting, time.time(), runtime=parsed.engine.runtime)
+    gateway_urls = sorted({template.format(name=name, namespace=namespace, port=SERVICE_PORT, pod_ip=ip,
+                                           pod_port=GATEWAY_PORT)
+                           for ip in engine_pods(gateway_pods).ready.values()}) if template else []
+    scr = scrape(urls, gateway_urls, found.starting, time.time(), runtime=parsed.engine.runtime)
     result = tick(parsed, memo.state, memo.get("scrape"), scr, time.time())
     memo.scrape = scr
     decision = result.decision

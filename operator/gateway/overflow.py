@@ -231,15 +231,17 @@ def predict_ttft_from_backlog(backlog_tokens: float, prompt_tokens: int,
     """TTFT of a request sent now: the prompt tokens ahead of it on the engine (floodway_num_prefill_tokens_waiting,
     or the gateway's own requests without a first byte, whichever is more) and its own, at the prefill rate
     measured on earlier requests (`prefill_rate_sample`), which already includes the decodes sharing the
-    engine's steps. None until a rate has been measured. The default prediction of the gateway."""
-    if not prefill_tokens_per_s:
+    engine's steps. None until a rate has been measured, and None with nothing ahead: the prompt is prefilled at
+    once, and a pool that a stale low rate had emptied gets traffic again (the samples that correct the rate come
+    only from answers it serves). The default prediction of the gateway."""
+    if not prefill_tokens_per_s or backlog_tokens <= 0:
         return None
     return (backlog_tokens + prompt_tokens) / prefill_tokens_per_s
 
 
 def prefill_rate_sample(backlog_tokens: float, prompt_tokens: int, ttft_s: float) -> float | None:
-    """The prefill rate one answered request shows: the tokens that were ahead of it and its own, over the
-    time to its first byte (for a non-streaming answer, its whole latency: the estimate errs slow)."""
+    """The prefill rate one streamed answer shows: the tokens that were ahead of it and its own, over the time to
+    its first byte. (A whole answer's first byte comes after its last token: the gateway samples streams only.)"""
     return (backlog_tokens + prompt_tokens) / ttft_s if ttft_s > 0 and prompt_tokens > 0 else None
 
 

@@ -218,7 +218,8 @@ class Gateway:
 
         def first_byte(status: int) -> None:
             release()
-            rate = prefill_rate_sample(backlog, prompt, time.perf_counter() - sent) if status < 400 else None
+            rate = (prefill_rate_sample(backlog, prompt, time.perf_counter() - sent) if stream and status < 400
+                    else None)
             old = self.prefill_rate
             if rate is not None:
                 self.prefill_rate = rate if old is None else (1 - _EWMA) * old + _EWMA * rate

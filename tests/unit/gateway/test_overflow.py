@@ -131,6 +131,9 @@ def test_predict_ttft():
 def test_predict_ttft_from_the_prefill_backlog_at_the_measured_rate():
     assert predict_ttft_from_backlog(6000, 2000, None) is None  # no rate measured yet: no TTFT trigger
     assert predict_ttft_from_backlog(6000, 2000, 10_000.0) == pytest.approx(0.8)
+    # Nothing queued: no prediction, so a stale low rate cannot keep an idle pool empty (seen on a real node:
+    # every request overflowed and the engine, serving none, never sampled a better rate).
+    assert predict_ttft_from_backlog(0, 2000, 1.0) is None
     # A burst of long prompts adds few requests but many tokens: the queue-depth rule sees 2 waiting, the
     # backlog shows the 0.5 s SLO missed.
     pool = PoolState(ready=1, waiting=2, predicted_ttft_s=predict_ttft_from_backlog(2 * 4000, 2000, 10_000.0))

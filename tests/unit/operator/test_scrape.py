@@ -1,0 +1,37 @@
+"""The operator's scrape of a service: each gateway replica read by its own URL and the counters added up (one
+read through the Service would see a different replica's counters each tick). Served by httpx's in-process
+transport: this pins the merge, the HTTP path is the integration tests'."""
+
+import httpx
+import pytest
+from floodway.operator.autoscaler.signals import GW_HELD, GW_OVERFLOW, GW_REQUESTS
+from floodway.operator.controller.scrape import scrape
+
+pytestmark = pytest.mark.unit
+
+
+def gateway_text(requests: float, overflow: float, held: float) -> str:
+    return (f'{GW_REQUESTS}{{backend="overflow",outcome="ok"}} {requests}\n'
+            f'{GW_OVERFLOW}{{reason="queue"}} {overflow}\n{GW_HELD} {held}\n')
+
+
+def client(pages: dict[str, str | None]) -> httpx.Client:
+    def answer(request: httpx.Request) -> httpx.Response:
+        text = pages[f"{request.url.scheme}://{request.url.host}"]
+        return httpx.Response(200, text=text) if text is not None else httpx.Response(503)
+    return httpx.Client(transport=httpx.MockTransport(answer))
+
+
+def test_gateway_replicas_are_summed():
+    pages = {"http://gw-a": gateway_text(10, 4, 1), "http://gw-b": gateway_text(5, 2, 0)}
+    got = scrape({}, ["http://gw-a", "http://gw-b"], 0, 1.0, client=client(pages)).gateway
+    assert (got.requests_total, got.overflow_total, got.held) == (15, 6, 1)
+    one = scrape({}, "http://gw-a", 0, 1.0, client=client(pages)).gateway  # a single gateway by its URL
+    assert (one.requests_total, one.overflow_total, one.held) == (10, 4, 1)
+
+
+def test_a_replica_that_does_not_answer_leaves_the_gateway_unread_this_tick():
+    # Its counters missing from the sum would read as a counter reset on the next tick.
+    pages = {"http://gw-a": gateway_text(10, 4, 1), "http://gw-b": None}
+    assert scrape({}, ["http://gw-a", "http://gw-b"], 0, 1.0, client=client(pages)).gateway is None
+    assert scrape({}, [], 0, 1.0, client=client(pages)).gateway is None
