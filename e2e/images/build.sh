@@ -71,7 +71,7 @@ ensure_docker() {
   [ "$(id -u)" = 0 ] || die "no Docker engine answers, and starting one needs root"
   command -v dockerd > /dev/null || die "no Docker engine answers and dockerd is not installed (bash e2e/node/install-tools.sh)"
   mkdir -p "$droot" "$run"
-  # Flags for a machine without systemd, a docker0 bridge or CAP_SYS_RESOURCE (measured on a Firecracker VM: no systemd, cgroup v1, no CAP_SYS_RESOURCE):
+  # Flags for a machine without systemd, a docker0 bridge or CAP_SYS_RESOURCE (such as this project's VMs):
   # builds and runs use --network host, and containers get a nofile limit they need not raise.
   nice -n 10 dockerd --data-root "$droot/data" --exec-root "$run/exec" --pidfile "$run/dockerd.pid" \
     -H "$DOCKER_HOST" --iptables=false --ip-masq=false --bridge=none --default-ulimit nofile=1024:1024 \
