@@ -18,7 +18,7 @@ from floodway.operator.render.meta import (
 from floodway.operator.render.security import LOCKED_CONTAINER, POD_SECURITY
 from floodway.operator.runtimes import runtime
 from floodway.operator.spec import InferenceServiceSpec
-from floodway.operator.spec.models import MODELS_DIR
+from floodway.operator.spec.model_source import MODELS_DIR
 
 CACHE_DIR = "/cache"
 TMP_SIZE_LIMIT = "1Gi"  # scratch space only: downloads and compiled kernels go to the cache
