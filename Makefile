@@ -55,5 +55,7 @@ images: node-tools
 # The node tier needs root (containerd, a kubelet, iptables): elsewhere its tests skip and say why.
 NODE_PREP := $(if $(filter 0,$(shell id -u)),images)
 
-test: lint cluster-tools llamacpp $(NODE_PREP)
+# The builds before the tests overlap: the images mostly wait on downloads while Go and cmake use the CPU.
+test:
+	$(MAKE) --jobs=4 --output-sync=line lint cluster-tools llamacpp $(NODE_PREP)
 	$(BIN)/pytest
