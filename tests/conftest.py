@@ -1,12 +1,38 @@
 """Shared fixtures. Nothing here downloads: the Hub is switched off for the whole run."""
 
 import contextlib
+import functools
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+@functools.cache
+def _openai_schema():
+    """tests/openai_schema.py by path: pytest's importlib mode puts no test folder on sys.path."""
+    path = Path(__file__).with_name("openai_schema.py")
+    spec = importlib.util.spec_from_file_location("floodway_tests_openai_schema", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def validate_openai():
+    """validate_openai(body, component): asserts body is valid against the official spec's component schema."""
+    return _openai_schema().validate_openai
+
+
+@pytest.fixture(scope="session")
+def validate_stream():
+    """validate_stream(chunks, component, error_ends=False): each chunk and the whole stream (openai_schema.py)."""
+    return _openai_schema().validate_stream
+
 
 @pytest.fixture(scope="session")
 def floodway_cmd() -> list[str]:
