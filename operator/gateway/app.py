@@ -67,7 +67,8 @@ def create_app(config: GatewayConfig):
     """The ASGI application: proxied POSTs straight to the Gateway, the rest to a FastAPI app."""
     tokens = _read_tokens(config.auth.tokens_file)
     table = BackendTable(RoutingWeights(config.routing.waiting_weight, config.routing.kv_weight),
-                         random.Random(config.routing.seed), RUNTIMES[config.engine_runtime])
+                         random.Random(config.routing.seed), RUNTIMES[config.engine_runtime],
+                         config.routing.prefix_policy())
     table.set_endpoints([(url, url) for url in config.backends.static])
     metrics = GatewayMetrics()
 

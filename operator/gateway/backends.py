@@ -14,34 +14,44 @@ import random
 from dataclasses import dataclass
 
 import aiohttp
-from floodway.operator.gateway.routing import BackendLoad, RoutingWeights, estimate_waiting, pick
+from floodway.operator.gateway.prefix_index import BLOCK_TOKENS, PrefixIndex
+from floodway.operator.gateway.routing import (
+    BackendLoad,
+    PrefixPolicy,
+    RoutingWeights,
+    estimate_waiting,
+    pick,
+    pick_prefix,
+)
 from floodway.operator.runtimes import DEFAULT, RUNTIMES, MetricNames, Runtime
 from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger("floodway.gateway")
 
 _INFO = "vllm:cache_config_info"  # capacity as labels; max_num_seqs is ours (vLLM's has the KV labels only)
+_KV_LABELS = ("num_gpu_blocks", "block_size")  # KV capacity (vLLM's too): the size of the gateway's prefix index
 _BACKLOG = "floodway_num_prefill_tokens_waiting"  # ours only: prompt tokens not yet prefilled
 
 
 def parse_engine_load(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> dict[str, float]:
-    """{waiting, running, kv_usage, max_num_seqs, prefill_waiting} from an engine's Prometheus text (the runtime's
-    `names`),
-    summed over label sets; absent gauges read 0. Only the lines of these gauges are parsed: engines also
-    export many histogram buckets."""
+    """{waiting, running, kv_usage, max_num_seqs, kv_tokens, prefill_waiting} from an engine's Prometheus text
+    (the runtime's `names`), summed over label sets; absent gauges read 0. Only the lines of these gauges are
+    parsed: engines also export many histogram buckets."""
     gauges = names.gauges()
     wanted = "\n".join(line for line in text.splitlines() if line.startswith((*gauges, _INFO, _BACKLOG)))
     found: dict[str, float] = {}
-    max_num_seqs = 0.0
+    max_num_seqs = kv_tokens = 0.0
     for family in text_string_to_metric_families(wanted + "\n"):
         for sample in family.samples:
             if sample.name in gauges or sample.name == _BACKLOG:
                 found[sample.name] = found.get(sample.name, 0.0) + sample.value
             elif sample.name == _INFO and sample.labels.get("max_num_seqs", "").isdigit():
                 max_num_seqs += float(sample.labels["max_num_seqs"])
+            if sample.name == _INFO and all(sample.labels.get(k, "").isdigit() for k in _KV_LABELS):
+                kv_tokens += float(sample.labels["num_gpu_blocks"]) * float(sample.labels["block_size"])
     load = {signal: next((found[n] for n in getattr(names, signal) if n in found), 0.0)
             for signal in ("waiting", "running", "kv_usage")}
-    return {**load, "max_num_seqs": max_num_seqs, "prefill_waiting": found.get(_BACKLOG, 0.0)}
+    return {**load, "max_num_seqs": max_num_seqs, "kv_tokens": kv_tokens, "prefill_waiting": found.get(_BACKLOG, 0.0)}
 
 
 async def get_text(session: aiohttp.ClientSession, url: str, timeout: aiohttp.ClientTimeout) -> tuple[int, str]:
@@ -90,9 +100,12 @@ class PoolTotals:
 
 
 class BackendTable:
-    def __init__(self, weights: RoutingWeights, rng: random.Random, runtime: Runtime = RUNTIMES[DEFAULT]):
-        self.weights, self.rng, self.runtime = weights, rng, runtime
+    def __init__(self, weights: RoutingWeights, rng: random.Random, runtime: Runtime = RUNTIMES[DEFAULT],
+                 prefix: PrefixPolicy | None = None):
+        """prefix: the prefix-aware policy (None: load-only routing)."""
+        self.weights, self.rng, self.runtime, self.prefix = weights, rng, runtime, prefix
         self.backends: dict[str, Backend] = {}
+        self.index = PrefixIndex()
 
     def set_endpoints(self, endpoints: list[tuple[str, str]]) -> None:
         """Replaces the set of backends (id, url); known ones keep their state and in-flight counts."""
@@ -100,10 +113,22 @@ class BackendTable:
         for bid, url in endpoints:
             current[bid].url = url
         self.backends = current
+        self.index.retain(current)
 
-    def pick(self, exclude: frozenset[str]) -> Backend | None:
-        chosen = pick([b.load() for b in self.backends.values()], self.rng, self.weights, exclude)
-        return None if chosen is None else self.backends[chosen.id]
+    def pick(self, exclude: frozenset[str], keys: list[int] = ()) -> Backend | None:
+        """The backend for a request whose prompt has these prefix `keys` (prefix_index.request_keys); it is
+        recorded as holding them from now on."""
+        loads = [b.load() for b in self.backends.values()]
+        if self.prefix is None or not keys:
+            chosen = pick(loads, self.rng, self.weights, exclude)
+        else:
+            hits = {b.id: self.index.matched(b.id, keys) / len(keys) for b in loads if b.ready}
+            chosen = pick_prefix(loads, hits, self.rng, self.weights, self.prefix, exclude)
+        if chosen is None:
+            return None
+        if self.prefix is not None and keys:
+            self.index.record(chosen.id, keys)
+        return self.backends[chosen.id]
 
     def totals(self, exclude: frozenset[str] = frozenset()) -> PoolTotals:
         ready = [b for b in self.backends.values() if b.ready and b.id not in exclude]
@@ -115,6 +140,7 @@ class BackendTable:
         """A failed request takes the backend out of rotation until its next good probe."""
         if backend_id in self.backends:
             self.backends[backend_id].ready = False
+            self.index.drop(backend_id)
 
     async def refresh(self, session: aiohttp.ClientSession, timeout_s: float) -> None:
         await asyncio.gather(*(self._probe(session, b, timeout_s) for b in list(self.backends.values())))
@@ -130,16 +156,22 @@ class BackendTable:
             if b.ready:
                 log.warning("backend %s unready: %s", b.id, type(e).__name__)
             b.ready = False
+            self.index.drop(b.id)
             return
         if b.ready != (ready == 200):
             log.info("backend %s %s", b.id, "ready" if ready == 200 else f"unready ({ready})")
         b.ready = ready == 200
+        if not b.ready:  # draining, restarting or still loading: whatever it cached is gone or going
+            self.index.drop(b.id)
         if load is not None:
             b.waiting, b.running, b.kv_usage = load["waiting"], load["running"], load["kv_usage"]
             b.in_flight_at_scrape, b.seen_running = b.in_flight, max(b.seen_running, b.running)
             b.max_num_seqs, b.prefill_waiting = load["max_num_seqs"], load["prefill_waiting"]
+            if load["kv_tokens"]:
+                self.index.set_capacity(b.id, int(load["kv_tokens"]) // BLOCK_TOKENS)
 
     def snapshot(self) -> list[dict]:
         return [{"id": b.id, "url": b.url, "ready": b.ready, "in_flight": b.in_flight, "waiting": b.waiting,
-                 "estimated_waiting": b.load().waiting, "running": b.running, "kv_usage": b.kv_usage}
+                 "estimated_waiting": b.load().waiting, "running": b.running, "kv_usage": b.kv_usage,
+                 "prefix_blocks": self.index.size(b.id)}
                 for b in self.backends.values()]

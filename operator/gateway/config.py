@@ -31,6 +31,7 @@ from typing import Literal
 
 import yaml
 from floodway.operator.gateway.overflow import BreakerPolicy, BudgetLimits, OverflowPolicy
+from floodway.operator.gateway.routing import PrefixPolicy
 from floodway.operator.runtimes import DEFAULT, RUNTIMES
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -74,6 +75,17 @@ class Routing(_Strict):
     seed: int | None = Field(None, description="Seed of the power-of-two-choices sampler (None: random).")
     waiting_weight: float = Field(1.0, ge=0, description="Extra score per queued request on a backend.")
     kv_weight: float = Field(4.0, ge=0, description="Score added at 100% KV cache usage.")
+    prefix_aware: bool = Field(True, description="Prefer the backend likely to hold the prompt's prefix in its "
+                               "KV cache (routing.pick_prefix); false: load only.")
+    prefix_weight: float = Field(PrefixPolicy.weight, ge=0, description="Score a whole-prompt prefix hit is "
+                                 "worth, in queued requests.")
+    prefix_load_cap: float = Field(PrefixPolicy.load_cap, ge=1, description="A backend takes a request for its "
+                                   "cache only while its requests stay within this multiple of the pool's mean...")
+    prefix_load_slack: float = Field(PrefixPolicy.load_slack, ge=0, description="... plus this many requests.")
+
+    def prefix_policy(self) -> PrefixPolicy | None:
+        return PrefixPolicy(self.prefix_weight, self.prefix_load_cap, self.prefix_load_slack) \
+            if self.prefix_aware else None
 
 
 class Slo(_Strict):

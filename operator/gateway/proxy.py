@@ -43,6 +43,7 @@ from floodway.operator.gateway.payload import (
     overflow_body,
     sse_error_event,
 )
+from floodway.operator.gateway.prefix_index import request_keys
 from floodway.operator.gateway.secrets import ApiKey
 from floodway.operator.gateway.upstream import RemoteResponse, UpstreamClient, UpstreamError
 from floodway.operator.gateway.upstream import Response as EngineResponse
@@ -150,6 +151,7 @@ class Gateway:
         opt_out = headers.get(self._opt_out_header, "").lower() not in ("", "0", "false", "no")
         info, prompt = RequestInfo(estimate_tokens(payload), self.clock(), opt_out), estimate_prompt_tokens(payload)
         stream = bool(payload.get("stream"))
+        keys = request_keys(payload) if self.table.prefix is not None else []
         tried: frozenset[str] = frozenset()
         held_since = None
         try:
@@ -162,7 +164,7 @@ class Gateway:
                     self.held -= 1
                     self.metrics.held.set(self.held)
                 if decision.target == "local":
-                    backend = self.table.pick(tried)
+                    backend = self.table.pick(tried, keys)
                     try:
                         return await self._local(backend, path, body, stream, t0, prompt)
                     except _Failed:

@@ -14,12 +14,20 @@ Score (lower is better), from what the gateway knows of one backend:
 Power of two choices: sample two distinct ready backends and take the lower score (ties: the first
 sampled). It spreads load nearly as well as least-loaded but does not herd every request onto the same
 backend between two scrapes. The RNG is passed in, so tests and the simulator are deterministic.
+
+Prefix-aware pick (`pick_prefix`): `hits` says, per backend, the share (0..1) of this request's prompt blocks
+it likely holds in its prefix cache (the gateway's prefix index, or the simulator's replicas). When no ready
+backend holds any, the pick is the load-only one above, so traffic without shared prefixes is routed exactly
+as before. Otherwise the lowest `load_score - prefix_weight * hit` wins among the backends within the load
+cap: those whose request count after taking this one stays within `load_cap` x the pool's mean (after it)
+plus `load_slack` requests, and always the least loaded. The cap is what keeps a hot prefix from piling
+every request onto its holder: past it, the request goes where load says and that backend learns the prefix.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -39,8 +47,20 @@ class RoutingWeights:
     kv_weight: float = 4.0
 
 
+@dataclass(frozen=True)
+class PrefixPolicy:
+    weight: float = 4.0  # score a whole-prompt hit is worth, in queued requests
+    load_cap: float = 1.25
+    load_slack: float = 1.0
+
+
+def requests_at(b: BackendLoad) -> float:
+    """Requests there (in flight through the gateway or as scraped, whichever shows more)."""
+    return max(float(b.in_flight), b.running + b.waiting)
+
+
 def load_score(b: BackendLoad, w: RoutingWeights) -> float:
-    return max(float(b.in_flight), b.running + b.waiting) + w.waiting_weight * b.waiting + w.kv_weight * b.kv_usage
+    return requests_at(b) + w.waiting_weight * b.waiting + w.kv_weight * b.kv_usage
 
 
 def pick(backends: Sequence[BackendLoad], rng: random.Random, weights: RoutingWeights,
@@ -51,6 +71,29 @@ def pick(backends: Sequence[BackendLoad], rng: random.Random, weights: RoutingWe
         return candidates[0] if candidates else None
     a, b = rng.sample(candidates, 2)
     return b if load_score(b, weights) < load_score(a, weights) else a
+
+
+def within_cap(b: BackendLoad, pool: Sequence[BackendLoad], p: PrefixPolicy) -> bool:
+    """Whether `b` may take one more request for its cache: its count after stays within the cap of the mean
+    after, or it is the least loaded."""
+    loads = [requests_at(x) for x in pool]
+    mine = requests_at(b)
+    return mine + 1 <= p.load_cap * (sum(loads) + 1) / len(loads) + p.load_slack or mine <= min(loads)
+
+
+def prefix_score(b: BackendLoad, hit: float, w: RoutingWeights, p: PrefixPolicy) -> float:
+    return load_score(b, w) - p.weight * hit
+
+
+def pick_prefix(backends: Sequence[BackendLoad], hits: Mapping[str, float], rng: random.Random,
+                weights: RoutingWeights, policy: PrefixPolicy,
+                exclude: frozenset[str] = frozenset()) -> BackendLoad | None:
+    """The chosen ready backend not in `exclude` given each one's prefix `hits` (0..1), or None."""
+    candidates = [b for b in backends if b.ready and b.id not in exclude]
+    if not any(hits.get(b.id) for b in candidates):
+        return pick(candidates, rng, weights)
+    allowed = [b for b in candidates if within_cap(b, candidates, policy)]
+    return min(allowed, key=lambda b: prefix_score(b, hits.get(b.id, 0.0), weights, policy))
 
 
 def estimate_waiting(scraped_waiting: float, in_flight_now: int, in_flight_at_scrape: int,

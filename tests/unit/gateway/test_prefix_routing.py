@@ -1,0 +1,108 @@
+"""The prefix-aware score and its load cap (routing.pick_prefix), the prefix index (LRU at the engines' KV
+capacity, backends coming and going) and the request keys."""
+
+import random
+
+import pytest
+from floodway.operator.gateway.backends import BackendTable, parse_engine_load
+from floodway.operator.gateway.prefix_index import BLOCK_CHARS, PrefixIndex, request_keys
+from floodway.operator.gateway.routing import (
+    BackendLoad,
+    PrefixPolicy,
+    RoutingWeights,
+    pick,
+    pick_prefix,
+    within_cap,
+)
+
+pytestmark = pytest.mark.unit
+
+W, P = RoutingWeights(), PrefixPolicy(weight=4.0, load_cap=1.25, load_slack=1.0)
+
+
+def pool(*loads: int) -> list[BackendLoad]:
+    return [BackendLoad(str(i), True, in_flight=n) for i, n in enumerate(loads)]
+
+
+def test_the_holder_wins_over_a_less_loaded_backend_within_the_cap():
+    backends = pool(2, 2, 1, 1)  # mean after: 7/4; the holder's 3 <= 1.25 * 1.75 + 1
+    assert pick_prefix(backends, {"0": 1.0}, random.Random(0), W, P).id == "0"
+    assert pick_prefix(backends, {"0": 0.1}, random.Random(0), W, P).id != "0"  # a small hit loses to load
+    assert pick_prefix(backends, {"0": 1.0, "2": 1.0}, random.Random(0), W, P).id == "2"  # holders: the less loaded
+
+
+def test_a_hot_prefix_does_not_pile_onto_its_holder():
+    """Every request of one prefix, nothing finishing: the holder takes them only up to the cap, then the
+    others share the rest, and the spread stays within cap x mean + slack."""
+    backends = pool(0, 0, 0, 0)
+    for _ in range(40):
+        hits = {b.id: 1.0 for b in backends if b.id == "0"}
+        chosen = pick_prefix(backends, hits, random.Random(0), W, P)
+        backends = [BackendLoad(b.id, True, in_flight=b.in_flight + (b.id == chosen.id)) for b in backends]
+    loads = [b.in_flight for b in backends]
+    assert max(loads) > min(loads)  # affinity did act
+    assert max(loads) <= P.load_cap * sum(loads) / len(loads) + P.load_slack
+
+
+def test_cap_always_admits_the_least_loaded():
+    backends = pool(5, 5, 5)
+    assert all(within_cap(b, backends, PrefixPolicy(load_cap=1.0, load_slack=0.0)) for b in backends)
+    assert not within_cap(pool(9, 0, 0)[0], pool(9, 0, 0), P)
+
+
+def test_no_holder_is_the_load_only_pick():
+    backends = pool(3, 0, 5, 1)
+    for seed in range(20):
+        assert pick_prefix(backends, {}, random.Random(seed), W, P) == pick(backends, random.Random(seed), W)
+    assert pick_prefix(backends, {"0": 1.0}, random.Random(0), W, P, exclude=frozenset("0123")) is None
+
+
+def test_index_is_an_lru_capped_at_capacity_and_matches_leading_keys_only():
+    index = PrefixIndex()
+    index.set_capacity("a", 4)
+    index.record("a", [1, 2, 3])
+    assert index.matched("a", [1, 2, 9, 3]) == 2 and index.matched("a", [9, 1]) == 0  # stops at a miss
+    index.record("a", [7, 8])  # 5 keys > 4: the least recent goes, the tail of [1, 2, 3] (touched first)
+    assert index.size("a") == 4 and index.matched("a", [1, 2, 3]) == 2
+    index.set_capacity("a", 1)
+    assert index.size("a") == 1 and index.matched("a", [7]) == 1  # a request's leading block outlives its tail
+
+
+def test_backends_start_empty_and_lose_their_entries_when_they_leave_or_turn_unready():
+    table = BackendTable(W, random.Random(0), prefix=P)
+    table.set_endpoints([("a", "http://a"), ("b", "http://b")])
+    for b in table.backends.values():
+        b.ready = True
+    keys = request_keys({"prompt": "x" * BLOCK_CHARS * 3})
+    first = table.pick(frozenset(), keys)
+    assert table.index.matched(first.id, keys) == 3
+    assert all(table.pick(frozenset(), keys).id == first.id for _ in range(5))  # in_flight unchanged: no cap
+    other = ({"a", "b"} - {first.id}).pop()
+    table.mark_unready(first.id)
+    assert table.index.size(first.id) == 0
+    table.backends[first.id].ready = True
+    table.set_endpoints([(other, f"http://{other}"), ("c", "http://c")])
+    table.backends["c"].ready = True
+    assert table.index.size("c") == 0 and first.id not in table.backends
+    assert table.pick(frozenset(), keys).id in {other, "c"}
+
+
+def test_capacity_comes_from_cache_config_info():
+    text = ('vllm:cache_config_info{block_size="16",max_num_seqs="8",model_name="m",num_gpu_blocks="64"} 1.0\n')
+    assert parse_engine_load(text)["kv_tokens"] == 1024
+
+
+def test_request_keys_follow_shared_leading_text():
+    system = {"role": "system", "content": "s" * 100}
+    turn1 = {"messages": [system, {"role": "user", "content": "hello " * 30}]}
+    turn2 = {"messages": [*turn1["messages"], {"role": "assistant", "content": "hi " * 30},
+                          {"role": "user", "content": "more " * 30}]}
+    k1, k2 = request_keys(turn1), request_keys(turn2)
+    assert len(k1) >= 3 and k2[:len(k1)] == k1 and len(k2) > len(k1)
+    parts = {"messages": [system, {"role": "user", "content": [{"type": "text", "text": "hello " * 30}]}]}
+    assert request_keys(parts) == k1
+    assert request_keys({"prompt": "z" * (BLOCK_CHARS - 1)}) == []
+    assert request_keys({"prompt": list(range(40))}) == request_keys({"prompt": list(range(32)) + [0]})
+    assert request_keys({"prompt": ["a" * 500, "b"]}) == []
+    other = request_keys({"messages": [{"role": "user", "content": "s" * 100}, turn1["messages"][1]]})
+    assert other[0] != k1[0]  # the role is part of the text
