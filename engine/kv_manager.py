@@ -1,4 +1,5 @@
-"""Maps requests to KV blocks: prefix-cache lookup, slot allocation, caching of filled blocks, freeing."""
+"""Maps sequences to KV blocks: prefix-cache lookup, slot allocation, caching of filled blocks, sharing between
+the sequences of one request (n > 1) with copy-on-write of a shared partial block, freeing."""
 
 from floodway.engine.block_pool import BlockPool
 from floodway.engine.request import Request
@@ -12,17 +13,21 @@ class KVManager:
     def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True):
         self.pool = BlockPool(num_blocks, enable_caching)
         self.block_size = block_size
-        self.req_blocks: dict[str, list[int]] = {}
-        self.req_hashes: dict[str, list[int]] = {}  # chained hashes of the request's filled blocks, in order
+        # Keyed by sequence (identity): the n sequences of one request share its request id.
+        self.req_blocks: dict[Request, list[int]] = {}
+        self.req_hashes: dict[Request, list[int]] = {}  # chained hashes of the sequence's filled blocks, in order
+        # (source, destination) block copies the next forward must make before it writes (copy-on-write).
+        self.copies: list[tuple[int, int]] = []
 
     def blocks_needed(self, num_tokens: int) -> int:
         return cdiv(num_tokens, self.block_size)
 
     def computed_prefix(self, req: Request) -> tuple[list[int], list[int]]:
         """Cached blocks (ids, hashes) matching the request's leading full blocks; never the last token's block
-        once the rest is covered, since the last token must be computed to get its logits."""
+        once the rest is covered, since the last token must be computed to get its logits. None for a request
+        asking for prompt logprobs: they need every prompt position's logits."""
         ids, hashes, parent = [], [], None
-        max_blocks = (req.num_tokens - 1) // self.block_size
+        max_blocks = (req.num_tokens - 1) // self.block_size if req.params.prompt_logprobs is None else 0
         for i in range(max_blocks):
             tokens = tuple(req.all_token_ids[i * self.block_size:(i + 1) * self.block_size])
             hit = self.pool.lookup(parent, tokens)
@@ -34,24 +39,49 @@ class KVManager:
         return ids, hashes
 
     def allocate(self, req: Request, num_new_tokens: int, hit_ids: list[int] = (), hit_hashes: list[int] = ()) -> bool:
-        """Gives the request blocks for num_new_tokens more tokens (after its computed ones and any cache hits).
-        Returns False, changing nothing, when the pool cannot supply them."""
-        blocks = self.req_blocks.get(req.request_id, [])
+        """Gives the request blocks for num_new_tokens more tokens (after its computed ones and any cache hits),
+        and a private copy of a shared block its next token would write into. Returns False, changing nothing,
+        when the pool cannot supply them."""
+        blocks = self.req_blocks.get(req, [])
         num_computed = req.num_computed_tokens + len(hit_ids) * self.block_size
-        need = self.blocks_needed(num_computed + num_new_tokens) - len(blocks) - len(hit_ids)
+        need = max(self.blocks_needed(num_computed + num_new_tokens) - len(blocks) - len(hit_ids), 0)
+        shared = self._shared_partial(blocks, num_computed)
         hits_from_free = sum(1 for b in hit_ids if self.pool.blocks[b].ref_cnt == 0)
-        if need + hits_from_free > self.pool.num_free:
+        if need + (shared is not None) + hits_from_free > self.pool.num_free:
             return False
+        if shared is not None:
+            copy = self.pool.allocate(1)[0]
+            self.copies.append((blocks[shared], copy))
+            self.pool.free([blocks[shared]])  # still held by the sequences it is shared with
+            blocks = blocks[:shared] + [copy] + blocks[shared + 1:]
         self.pool.touch(list(hit_ids))
-        new_blocks = self.pool.allocate(max(need, 0))
-        self.req_blocks[req.request_id] = blocks + list(hit_ids) + new_blocks
-        self.req_hashes.setdefault(req.request_id, []).extend(hit_hashes)
+        self.req_blocks[req] = blocks + list(hit_ids) + self.pool.allocate(need)
+        self.req_hashes.setdefault(req, []).extend(hit_hashes)
         return True
+
+    def _shared_partial(self, blocks: list[int], num_computed: int) -> int | None:
+        """Index of the partly filled block the next token goes into, when other sequences share it."""
+        i = num_computed // self.block_size
+        if num_computed % self.block_size and i < len(blocks) and self.pool.blocks[blocks[i]].ref_cnt > 1:
+            return i
+        return None
+
+    def fork(self, parent: Request, child: Request) -> None:
+        """Gives child the parent's blocks (one more reference each) and cached hashes: a second sequence over
+        the same computed tokens, without copying any KV."""
+        blocks = self.req_blocks[parent]
+        self.pool.touch(blocks)
+        self.req_blocks[child] = list(blocks)
+        self.req_hashes[child] = list(self.req_hashes.get(parent, []))
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        copies, self.copies = self.copies, []
+        return copies
 
     def cache_filled_blocks(self, req: Request) -> None:
         """Registers the request's newly filled (fully computed) blocks in the prefix cache."""
-        hashes = self.req_hashes.setdefault(req.request_id, [])
-        blocks = self.req_blocks[req.request_id]
+        hashes = self.req_hashes.setdefault(req, [])
+        blocks = self.req_blocks[req]
         num_full = min(req.num_computed_tokens, req.num_tokens) // self.block_size
         parent = hashes[-1] if hashes else None
         for i in range(len(hashes), num_full):
@@ -60,11 +90,11 @@ class KVManager:
             hashes.append(parent)
 
     def free(self, req: Request) -> None:
-        """Returns all of the request's blocks; its tail blocks go to the free queue first, so they are evicted
-        before the shared prefix blocks."""
-        blocks = self.req_blocks.pop(req.request_id, [])
-        self.req_hashes.pop(req.request_id, None)
+        """Drops the sequence's references to its blocks; its tail blocks go to the free queue first, so they are
+        evicted before the shared prefix blocks."""
+        blocks = self.req_blocks.pop(req, [])
+        self.req_hashes.pop(req, None)
         self.pool.free(list(reversed(blocks)))
 
     def block_table(self, req: Request) -> list[int]:
-        return self.req_blocks.get(req.request_id, [])
+        return self.req_blocks.get(req, [])

@@ -45,8 +45,13 @@ class ModelRunner:
         self.k_caches, self.v_caches = kv_cache.allocate(self.shape, self.num_blocks, self.device)
 
     @torch.inference_mode()
-    def execute(self, seqs: list[SeqInput]) -> torch.Tensor:
-        """Runs all seqs as one forward; returns float32 logits [sampling seqs in the given order, V]."""
+    def execute(self, seqs: list[SeqInput], copies: list[tuple[int, int]] = ()) -> torch.Tensor:
+        """Makes the (source, destination) block copies (copy-on-write), then runs all seqs as one forward;
+        returns float32 logits [sampling seqs in the given order, V]."""
+        if copies:
+            src, dst = (torch.tensor(ids, device=self.device) for ids in zip(*copies, strict=True))
+            for cache in (*self.k_caches, *self.v_caches):
+                cache.index_copy_(0, dst, cache.index_select(0, src))
         meta, input_ids, positions, keep = step_inputs.build(seqs, self.shape.block_size, self.k_caches,
                                                                   self.v_caches, self.device)
         out = self.model(input_ids=input_ids, position_ids=positions, logits_to_keep=keep, use_cache=False,

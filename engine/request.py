@@ -29,6 +29,10 @@ class Request:
     stop_reason: str | int | None = None
     generator: Any = None  # torch.Generator for seeded sampling
     detok: Any = None  # Detokenizer
+    index: int = 0  # choice index within its request (n > 1)
+    # Sequences of the same request that start once this one's prompt is prefilled: they share its blocks.
+    forks: list["Request"] = field(default_factory=list)
+    cumulative_logprob: float = 0.0  # sum of the chosen tokens' logprobs, where computed (best_of ranks by it)
 
     def __post_init__(self):
         self.all_token_ids = list(self.prompt_token_ids)

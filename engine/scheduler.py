@@ -1,6 +1,10 @@
 """Iteration-level scheduling: one token budget per step, running requests first (decodes and prefill chunks),
 then waiting ones; preemption by recompute, newest first, when KV blocks run out. A step that decodes may
-carry at most `prefill_budget` prefill tokens (TPOT protection, engine/prefill_budget.py)."""
+carry at most `prefill_budget` prefill tokens (TPOT protection, engine/prefill_budget.py).
+
+A request with n > 1 sequences queues as one (its first sequence, carrying the others as `forks`) and takes
+seats for all of them at admission; once its prompt is prefilled the others fork off it, sharing its blocks.
+From then on each sequence is scheduled, preempted and recomputed on its own."""
 
 import time
 from collections import deque
@@ -78,8 +82,10 @@ class Scheduler:
                 prefill -= num_new if is_prefill else 0
                 i += 1
         # Admitting new work while others were just preempted would only thrash.
-        while not out.preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while not out.preempted and self.waiting and budget > 0:
             req = self.waiting[0]
+            if len(self.running) + 1 + len(req.forks) > self.max_num_seqs:
+                break
             hit_ids, hit_hashes = self.kv.computed_prefix(req)
             num_cached = len(hit_ids) * self.kv.block_size
             num_new = self._chunk(req.num_tokens - num_cached, min(budget, prefill))
@@ -109,6 +115,16 @@ class Scheduler:
         """Prompt tokens queued or admitted whose prefill has not run yet."""
         return sum(req.num_tokens - req.num_computed_tokens for req in (*self.waiting, *self.running)
                    if not _decodes(req))
+
+    def fork(self, req: Request) -> list[Request]:
+        """Starts the sequences waiting for req's prompt (its forks) on req's blocks, now that it is computed."""
+        forks, req.forks = req.forks, []
+        for seq in forks:
+            self.kv.fork(req, seq)
+            seq.num_computed_tokens, seq.num_cached_tokens = req.num_computed_tokens, req.num_cached_tokens
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+        return forks
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
