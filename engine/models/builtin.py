@@ -97,7 +97,10 @@ def write_once(folder: pathlib.Path, fill: Callable[[pathlib.Path], None]) -> st
         tmp = pathlib.Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
         try:
             fill(tmp)
-            tmp.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
+            # Readable by every user (mkdtemp makes 0700, transformers writes weights 0600): a shared cache, or the
+            # folder on a volume mounted into a pod that runs as another uid.
+            for p in (tmp, *tmp.rglob("*")):
+                p.chmod(0o755 if p.is_dir() else 0o644)
             with contextlib.suppress(OSError):  # another writer finished first; its copy is identical
                 tmp.rename(folder)
             if not (folder / "config.json").exists():

