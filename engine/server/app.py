@@ -135,10 +135,19 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         return await respond(body, request, prompt_ids, params, "messages", "chatcmpl",
                              serving.chat_stream, serving.chat_response)
 
+    def model_card() -> ModelCard:
+        max_len = state.engine.max_model_len if state.engine else None
+        return ModelCard(id=state.served_model, created=now_s(), max_model_len=max_len)
+
     @app.get("/v1/models", response_model=ModelList)
     async def models():
-        max_len = state.engine.max_model_len if state.engine else None
-        return ModelList(data=[ModelCard(id=state.served_model, created=now_s(), max_model_len=max_len)])
+        return ModelList(data=[model_card()])
+
+    # `:path`: served names such as floodway/tiny-llama contain slashes.
+    @app.get("/v1/models/{model:path}", response_model=ModelCard, responses={404: {"model": ErrorResponse}})
+    async def retrieve_model(model: str):
+        serving.check_model(model, state.served_model)
+        return model_card()
 
     @app.get("/health")
     async def health():

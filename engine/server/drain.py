@@ -1,6 +1,6 @@
 """Run the app under uvicorn with graceful drain: on SIGTERM (or SIGINT) readiness turns false at once,
 new generation requests get 503, in-flight requests finish for up to the drain timeout (the rest are
-aborted and end with finish_reason "abort"), then the server stops and the process exits 0.
+aborted and end with an error: 503, or an error event in a stream), then the server stops and the process exits 0.
 A second signal stops at once."""
 
 import asyncio

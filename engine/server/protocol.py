@@ -168,7 +168,13 @@ class Usage(BaseModel):
     prompt_tokens_details: PromptTokensDetails | None = None
 
 
-FinishReason = Literal["stop", "length", "abort"] | None
+# The spec's values only: a request the server interrupts ends with an error (status or stream event), not a
+# finish_reason strict clients cannot parse.
+FinishReason = Literal["stop", "length"] | None
+
+
+def _is_none(value) -> bool:
+    return value is None
 
 
 class _CompletionObject(BaseModel):
@@ -197,7 +203,7 @@ class CompletionChoice(BaseModel):
 class CompletionResponse(_CompletionObject):
     object: Literal["text_completion"] = "text_completion"
     choices: list[CompletionChoice]
-    usage: Usage | None = None
+    usage: Usage | None = Field(None, exclude_if=_is_none)  # omitted from stream chunks: the spec has no null
 
 
 class TokenLogprob(BaseModel):
@@ -209,11 +215,13 @@ class TokenLogprob(BaseModel):
 
 class ChatLogprobs(BaseModel):
     content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None = None  # required by the spec, null allowed: this server never refuses
 
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str
+    refusal: str | None = None  # required by the spec, null allowed
 
 
 class ChatChoice(BaseModel):
@@ -230,7 +238,8 @@ class ChatCompletionResponse(_CompletionObject):
 
 
 class DeltaMessage(BaseModel):
-    role: Literal["assistant"] | None = None
+    # Omitted, not null, after a choice's first chunk, as OpenAI streams it (the spec's enum has no null).
+    role: Literal["assistant"] | None = Field(None, exclude_if=_is_none)
     content: str | None = None
 
 

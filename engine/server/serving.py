@@ -101,6 +101,18 @@ def check_request(engine, prompt_ids: list[int], params: SamplingParams, prompt_
         raise bad_request(str(e), param_of(str(e)) or prompt_param) from e
 
 
+def interrupted() -> APIError:
+    """An aborted output (the drain timeout cut it) ends as the spec allows: an error, never finish_reason "abort".
+    503: a gateway retries it elsewhere when no byte reached its client."""
+    return APIError(503, "The request was interrupted before it finished: the server is shutting down. Retry it.",
+                    type="server_error", code="request_interrupted")
+
+
+def hidden_stop_token(out) -> bool:
+    """Whether the output's last token is a stop token (EOS, a stop_token_ids id) that its text leaves out."""
+    return out.finish_reason == "stop" and not isinstance(out.stop_reason, str)
+
+
 @dataclass
 class Collected:
     """Everything a non-streaming response needs from a request's outputs."""
@@ -111,12 +123,16 @@ class Collected:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
+    hidden_tail: int = 0  # trailing tokens not in `text` (the end-of-turn token), left out of chat logprobs
 
     def add(self, out) -> None:
+        if out.finish_reason == "abort":
+            raise interrupted()
         self.prompt_tokens, self.cached_tokens = len(out.prompt_token_ids), out.num_cached_tokens
         self.text, self.token_ids = out.text, list(out.output_token_ids)
         self.logprobs.extend(out.new_logprobs or [])
         self.finish_reason = out.finish_reason
+        self.hidden_tail = int(hidden_stop_token(out))
 
     def usage(self) -> Usage:
         n = len(self.token_ids)
@@ -150,7 +166,8 @@ def completion_response(rid: str, model: str, created: int, c: Collected, tokeni
 
 
 def chat_response(rid: str, model: str, created: int, c: Collected, tokenizer, logprobs: bool):
-    lp = chat_logprobs(tokenizer, c.token_ids, c.logprobs) if logprobs else None
+    shown = len(c.token_ids) - c.hidden_tail
+    lp = chat_logprobs(tokenizer, c.token_ids[:shown], c.logprobs[:shown]) if logprobs else None
     choice = ChatChoice(message=AssistantMessage(content=c.text), logprobs=lp, finish_reason=c.finish_reason)
     return ChatCompletionResponse(id=rid, created=created, model=model, choices=[choice], usage=c.usage())
 
@@ -163,8 +180,9 @@ DONE = "data: [DONE]\n\n"
 
 
 def error_event(exc: Exception) -> str:
-    message = exc.message if isinstance(exc, APIError) else str(exc)
-    return sse(ErrorResponse(error=ErrorInfo(message=message, type="internal_error")))
+    if isinstance(exc, APIError):
+        return sse(ErrorResponse(error=ErrorInfo(message=exc.message, type=exc.type, code=exc.code)))
+    return sse(ErrorResponse(error=ErrorInfo(message=str(exc), type="internal_error")))
 
 
 async def _events(outputs: AsyncIterator, event, usage_event, include_usage: bool,
@@ -214,7 +232,8 @@ def chat_stream(outputs: AsyncIterator, rid: str, model: str, created: int, toke
         return sse(ChatCompletionChunk(id=rid, created=created, model=model, choices=choices, usage=usage))
 
     def event(out) -> str:
-        lp = chat_logprobs(tokenizer, out.new_token_ids, out.new_logprobs or []) if logprobs else None
+        shown = len(out.new_token_ids) - hidden_stop_token(out)
+        lp = chat_logprobs(tokenizer, out.new_token_ids[:shown], (out.new_logprobs or [])[:shown]) if logprobs else None
         delta = DeltaMessage(content=out.new_text)
         return chunk([ChatChunkChoice(delta=delta, logprobs=lp, finish_reason=out.finish_reason)])
 

@@ -54,21 +54,26 @@ def test_flood_past_admission_bound_gets_429_and_admitted_requests_succeed(small
 
 
 def _stream(url: str, body: dict, out: dict, first_chunk: threading.Event) -> None:
-    """Streams a completion; records the finish reason and whether [DONE] arrived."""
+    """Streams a completion; records its chunks and whether [DONE] arrived."""
     with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=120) as r:
-        out["status"] = r.status_code
+        out.update(status=r.status_code, chunks=[])
         for line in r.iter_lines():
             if line == "data: [DONE]":
                 out["done"] = True
             elif line.startswith("data: "):
                 first_chunk.set()
-                choice = json.loads(line[6:])["choices"][0]
-                out["finish_reason"] = choice["finish_reason"] or out.get("finish_reason")
+                out["chunks"].append(json.loads(line[6:]))
 
 
-def test_sigterm_drains_in_flight_then_exits_zero(small_server, wait_for):
+def _post(url: str, body: dict, out: dict) -> None:
+    r = httpx.post(url + "/v1/completions", json=body, timeout=120)
+    out.update(status=r.status_code, body=r.json())
+
+
+def test_sigterm_drains_in_flight_then_exits_zero(small_server, wait_for, engine_debug, validate_stream,
+                                                  validate_openai):
     url = small_server.url
-    short, long = {}, {}
+    short, long, whole = {}, {}, {}
     events = [threading.Event(), threading.Event()]
     threads = [
         threading.Thread(target=_stream, args=(url, {"prompt": "short", "max_tokens": 8, "ignore_eos": True},
@@ -78,10 +83,15 @@ def test_sigterm_drains_in_flight_then_exits_zero(small_server, wait_for):
         threading.Thread(target=_stream, args=(url, {"prompt": "long", "max_tokens": 2000, "ignore_eos": True},
                                                long, events[1])),
     ]
-    for t in threads:
+    # Not streamed: the cut ends it with an error status instead of a 200 that strict clients cannot parse.
+    threads.append(threading.Thread(target=_post, args=(url, {"prompt": "whole", "max_tokens": 2000,
+                                                              "ignore_eos": True}, whole)))
+    for t in threads[:2]:
         t.start()
     for e in events:
         assert e.wait(60), "streams did not start"
+    threads[2].start()
+    wait_for(lambda: engine_debug(url)["inflight"] == 3, 60, "the third request to be in flight")
     small_server.popen.send_signal(signal.SIGTERM)
     wait_for(lambda: httpx.get(url + "/ready").status_code == 503, 2, "/ready to turn 503 at once")
     r = httpx.post(url + "/v1/completions", json={"prompt": "late", "max_tokens": 2})
@@ -89,6 +99,12 @@ def test_sigterm_drains_in_flight_then_exits_zero(small_server, wait_for):
     assert httpx.get(url + "/health").status_code == 200  # alive while draining
     for t in threads:
         t.join(60)
-    assert short == {"status": 200, "finish_reason": "length", "done": True}
-    assert long == {"status": 200, "finish_reason": "abort", "done": True}
+    assert short["status"] == 200 and short["done"] and short["chunks"][-1]["choices"][0]["finish_reason"] == "length"
+    validate_stream(short["chunks"], "CreateCompletionResponse")
+    # The cut stream ends as the spec allows: an error event (never finish_reason "abort"), then [DONE].
+    assert long["status"] == 200 and long["done"]
+    validate_stream(long["chunks"], "CreateCompletionResponse", error_ends=True)
+    assert long["chunks"][-1]["error"]["code"] == "request_interrupted"
+    assert whole["status"] == 503 and whole["body"]["error"]["code"] == "request_interrupted"
+    validate_openai(whole["body"], "ErrorResponse")
     assert small_server.popen.wait(30) == 0
