@@ -1,7 +1,7 @@
 """Offline API: LLM(model).generate(prompts, params) runs the step engine until every prompt finishes."""
 
 from floodway.engine.config import EngineConfig
-from floodway.engine.outputs import RequestOutput
+from floodway.engine.outputs import RequestOutput, final_choices
 from floodway.engine.sampling_params import SamplingParams
 
 
@@ -15,7 +15,7 @@ class LLM:
 
     def generate(self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = False) -> list[RequestOutput]:
-        """Final outputs in input order."""
+        """Final outputs in input order: n per prompt (its choices by index; with best_of, the n best)."""
         params = params if params is not None else SamplingParams()
         per = params if isinstance(params, list) else [params] * len(prompts)
         if len(per) != len(prompts):
@@ -25,7 +25,7 @@ class LLM:
             ids.append(f"gen-{self._counter}")
             self._counter += 1
             self.engine.add_request(ids[-1], prompt, p)
-        finals: dict[str, RequestOutput] = {}
+        finals: dict[str, list[RequestOutput]] = {i: [] for i in ids}
         bar = None
         if use_tqdm:
             from tqdm import tqdm
@@ -33,10 +33,10 @@ class LLM:
             bar = tqdm(total=len(prompts), desc="generate", unit="req")
         while self.engine.has_unfinished_requests():
             for out in self.engine.step():
-                if out.finished:
-                    finals[out.request_id] = out
-                    if bar is not None:
-                        bar.update(1)
+                if out.finish_reason is not None:
+                    finals[out.request_id].append(out)
+                if out.finished and bar is not None:
+                    bar.update(1)
         if bar is not None:
             bar.close()
-        return [finals[i] for i in ids]
+        return [o for i, p in zip(ids, per, strict=True) for o in final_choices(finals[i], p.n)]

@@ -14,6 +14,8 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: bool = False
+    n: int = 1  # choices returned
+    best_of: int | None = None  # sequences generated (>= n); the n with the highest cumulative logprob are returned
 
     @property
     def greedy(self) -> bool:
@@ -40,6 +42,16 @@ class SamplingParams:
             raise ValueError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
         if not isinstance(self.logprobs, bool):
             raise ValueError(f"logprobs must be a bool, got {self.logprobs!r}")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {self.n!r}")
+        if self.best_of is not None and (isinstance(self.best_of, bool) or not isinstance(self.best_of, int)
+                                         or self.best_of < self.n):
+            raise ValueError(f"best_of must be None or an integer >= n ({self.n}), got {self.best_of!r}")
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences generated for the request: best_of when set, else n."""
+        return self.best_of or self.n
 
 
 def _is_number(x) -> bool:
