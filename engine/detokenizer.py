@@ -17,8 +17,9 @@ class Detokenizer:
         self.text = ""
         self.emitted = 0
 
-    def add(self, token_id: int) -> str | None:
-        """Adds a token; returns the stop string it completed (text is cut before it), else None."""
+    def add(self, token_id: int, check_stop: bool = True) -> str | None:
+        """Adds a token; returns the stop string it completed (text is cut before it), else None. Without
+        check_stop (before min_tokens) stop strings are not looked for."""
         self.ids.append(token_id)
         decode = self.tokenizer.decode
         before = decode(self.ids[self.prefix_offset:self.read_offset], skip_special_tokens=True)
@@ -26,7 +27,7 @@ class Detokenizer:
         if len(after) > len(before) and not after.endswith("\ufffd"):
             self.text += after[len(before):]
             self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        found = [(self.text.find(s, self.emitted), s) for s in self.stop]
+        found = [(self.text.find(s, self.emitted), s) for s in self.stop] if check_stop else []
         found = [(i, s) for i, s in found if i >= 0]
         if not found:
             return None

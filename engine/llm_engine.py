@@ -1,6 +1,5 @@
 """The step-level engine: add, abort, step, stats. Exactly one thread owns an instance."""
 
-import dataclasses
 import time
 
 import torch
@@ -11,7 +10,7 @@ from floodway.engine.model_runner import ModelRunner, SeqInput
 from floodway.engine.outputs import EngineStats, RequestMetrics, RequestOutput
 from floodway.engine.prefill_budget import StepTimes
 from floodway.engine.request import Request
-from floodway.engine.sampler import sample
+from floodway.engine.sampler import sample, token_logprobs
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.scheduler import Scheduler
 
@@ -30,7 +29,7 @@ class LLMEngine:
         if not config.enable_chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
             raise ValueError(f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be >= max_model_len "
                              f"({self.max_model_len}) when enable_chunked_prefill is off")
-        self.requests: dict[str, list[Request]] = {}  # request id -> its unfinished sequences (n > 1: several)
+        self.requests: dict[str, Request] = {}
         self.generator = torch.Generator(device=self.runner.device).manual_seed(config.seed)
         self._pending: list[RequestOutput] = []  # final outputs of aborted requests, returned by the next step
         self.prompt_tokens_total = 0
@@ -53,11 +52,10 @@ class LLMEngine:
         if need > self.kv.pool.num_total:
             raise ValueError(f"prompt + max_tokens needs {need} KV blocks, more than the whole pool "
                              f"({self.kv.pool.num_total})")
-        if params.num_seqs > self.config.max_num_seqs:
-            raise ValueError(f"{'best_of' if params.best_of else 'n'} ({params.num_seqs}) exceeds the sequences this "
-                             f"engine runs at once (max_num_seqs {self.config.max_num_seqs})")
         if any(t >= self.runner.vocab_size for t in params.stop_token_ids):
             raise ValueError(f"stop_token_ids must be below the vocabulary size {self.runner.vocab_size}")
+        if any(t >= self.runner.vocab_size for t in params.logit_bias):
+            raise ValueError(f"logit_bias token ids must be below the vocabulary size {self.runner.vocab_size}")
 
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
                     arrival_time: float | None = None) -> None:
@@ -70,30 +68,24 @@ class LLMEngine:
         else:
             raise ValueError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
         self.validate_request(ids, params)
-        metrics = RequestMetrics(arrival_time or time.time())
-        seqs = [self._sequence(request_id, ids, params, metrics, i) for i in range(params.num_seqs)]
-        seqs[0].forks = seqs[1:]  # prefilled once, by the first
-        self.requests[request_id] = seqs
-        self.scheduler.add(seqs[0])
+        req = Request(request_id, ids, params, RequestMetrics(arrival_time or time.time()))
+        if params.seed is not None:
+            req.generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+        req.detok = Detokenizer(self.tokenizer, params.stop)
+        if params.prompt_logprobs is not None:
+            req.prompt_logprobs, req.prompt_top_logprobs = [None], [None]
+        self.requests[request_id] = req
+        self.scheduler.add(req)
         self.prompt_tokens_total += len(ids)
 
-    def _sequence(self, request_id: str, ids: list[int], params: SamplingParams, metrics: RequestMetrics,
-                  index: int) -> Request:
-        if params.num_seqs > params.n and not params.logprobs:
-            params = dataclasses.replace(params, logprobs=True)  # best_of ranks by the chosen tokens' logprobs
-        req = Request(request_id, ids, params, metrics, index=index)
-        if params.seed is not None:  # choice i draws from seed + i: reproducible, and unlike the others
-            req.generator = torch.Generator(device=self.runner.device).manual_seed(params.seed + index)
-        req.detok = Detokenizer(self.tokenizer, params.stop)
-        return req
-
     def abort_request(self, request_id: str) -> None:
-        seqs = self.requests.pop(request_id, None)
-        for i, req in enumerate(seqs or []):
-            self.scheduler.finish(req)
-            req.finish_reason = "abort"
-            req.metrics.finished_time = time.time()
-            self._pending.append(self._output(req, [], None, finished=i == len(seqs) - 1))
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return
+        self.scheduler.finish(req)
+        req.finish_reason = "abort"
+        req.metrics.finished_time = time.time()
+        self._pending.append(self._output(req, [], None))
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._pending)
@@ -109,32 +101,46 @@ class LLMEngine:
         seqs = sched.seqs
         started = time.perf_counter()
         inputs = [SeqInput(s.req.all_token_ids[s.req.num_computed_tokens:s.req.num_computed_tokens + s.num_new_tokens],
-                           s.req.num_computed_tokens, self.kv.block_table(s.req), s.samples) for s in seqs]
-        sampled = [s.req for s in seqs if s.samples]
-        logits = self.runner.execute(inputs, self.kv.take_copies())
+                           s.req.num_computed_tokens, self.kv.block_table(s.req), s.samples,
+                           _num_prompt_logits(s.req, s.num_new_tokens)) for s in seqs]
+        sampling = [s.req for s in seqs if s.samples]
+        logits = self.runner.execute(inputs)
+        logits, prompt_logits = logits[:len(sampling)], logits[len(sampling):]
+        if len(prompt_logits):
+            _collect_prompt_logprobs([s.req for s in seqs], inputs, prompt_logits)
+        if sampling:
+            out = sample(logits, [r.params for r in sampling], [r.generator for r in sampling], self.generator,
+                         [r.prompt_token_ids for r in sampling], [r.output_token_ids for r in sampling],
+                         self.runner.eos_token_ids)
+        decodes = sum(1 for s in seqs if s.req.output_token_ids and s.num_new_tokens == 1 and s.samples)
+        self.step_times.observe(decodes, sched.num_tokens - decodes, time.perf_counter() - started)
         for s in seqs:
             s.req.num_computed_tokens += s.num_new_tokens
             self.kv.cache_filled_blocks(s.req)
-        # Once a request's prompt is computed its other sequences fork off it and sample from the same logits.
-        rows = [i for i, req in enumerate(sampled) for _ in range(1 + len(req.forks))]
-        sampling = [seq for req in sampled for seq in (req, *self.scheduler.fork(req))]
-        if len(rows) > len(sampled):
-            logits = logits[rows]
-        tokens, logprobs = [], None
-        if sampling:
-            tokens, logprobs = sample(logits, [r.params for r in sampling], [r.generator for r in sampling],
-                                      self.generator)
-        decodes = sum(1 for s in seqs if s.req.output_token_ids and s.num_new_tokens == 1 and s.samples)
-        self.step_times.observe(decodes, sched.num_tokens - decodes, time.perf_counter() - started)
         now = time.time()
         for i, req in enumerate(sampling):
-            outputs.append(self._append(req, tokens[i], logprobs[i] if logprobs else None, now))
+            outputs.append(self._append(req, out.tokens[i], out.logprobs[i] if out.logprobs else None,
+                                        out.top_logprobs[i] if out.top_logprobs else None, now))
         return outputs
 
-    def _append(self, req: Request, token: int, logprob: float | None, now: float) -> RequestOutput:
+    def _append(self, req: Request, token: int, logprob: float | None, top: dict[int, float] | None,
+                now: float) -> RequestOutput:
+        p = req.params
+        new = [token] if p.max_tokens else []  # max_tokens 0: prefill only (prompt logprobs), nothing generated
+        if new:
+            self._add_token(req, token, now)
+        else:
+            req.finish_reason = "length"
+        if req.finish_reason is not None:
+            req.metrics.finished_time = now
+            self.scheduler.finish(req)
+            del self.requests[req.request_id]
+        new_logprobs = [logprob] if new and p.logprobs is not None else None
+        return self._output(req, new, new_logprobs, [top] if new and top is not None else None)
+
+    def _add_token(self, req: Request, token: int, now: float) -> None:
+        """Appends a sampled token and sets finish_reason if it ends the sequence."""
         req.append_token(token)
-        if logprob is not None:
-            req.cumulative_logprob += logprob
         self.generation_tokens_total += 1
         if req.metrics.first_token_time is None:
             req.metrics.first_token_time = now
@@ -144,30 +150,22 @@ class LLMEngine:
         elif not p.ignore_eos and token in self.runner.eos_token_ids:
             req.finish_reason = "stop"
         else:
-            stop = req.detok.add(token)
+            stop = req.detok.add(token, check_stop=len(req.output_token_ids) >= p.min_tokens)
             if stop is not None:
                 req.finish_reason, req.stop_reason = "stop", stop
             elif len(req.output_token_ids) >= p.max_tokens or req.num_tokens >= self.max_model_len:
                 req.finish_reason = "length"
-        finished = False
-        if req.finish_reason is not None:
-            req.metrics.finished_time = now
-            self.scheduler.finish(req)
-            seqs = self.requests[req.request_id]
-            seqs.remove(req)
-            if not seqs:
-                del self.requests[req.request_id]
-                finished = True
-        return self._output(req, [token], [logprob] if p.logprobs else None, finished)
 
     def _output(self, req: Request, new_ids: list[int], new_logprobs: list[float] | None,
-                finished: bool) -> RequestOutput:
+                new_top_logprobs: list[dict[int, float]] | None = None) -> RequestOutput:
+        finished = req.finish_reason is not None
         return RequestOutput(
             request_id=req.request_id, prompt_token_ids=req.prompt_token_ids, new_token_ids=new_ids,
-            output_token_ids=list(req.output_token_ids), new_text=req.detok.take_new(req.finish_reason is not None),
+            output_token_ids=list(req.output_token_ids), new_text=req.detok.take_new(finished),
             text=req.detok.text, finished=finished, finish_reason=req.finish_reason, stop_reason=req.stop_reason,
             new_logprobs=new_logprobs, num_cached_tokens=max(req.num_cached_tokens, 0), metrics=req.metrics,
-            index=req.index, cumulative_logprob=req.cumulative_logprob if req.params.logprobs else None)
+            new_top_logprobs=new_top_logprobs, prompt_logprobs=req.prompt_logprobs,
+            prompt_top_logprobs=req.prompt_top_logprobs)
 
     # --- observability ---------------------------------------------------------------------------------------
     def stats(self) -> EngineStats:
@@ -185,3 +183,27 @@ class LLMEngine:
             block_size=self.kv.block_size, max_num_seqs=self.config.max_num_seqs,
             max_num_batched_tokens=self.config.max_num_batched_tokens,
             num_prefill_tokens_waiting=self.scheduler.num_prefill_tokens_waiting)
+
+
+def _num_prompt_logits(req: Request, num_new_tokens: int) -> int:
+    """Leading positions of this chunk whose logits give prompt logprobs: position p scores prompt token p+1."""
+    if req.prompt_logprobs is None:
+        return 0
+    start = req.num_computed_tokens
+    return max(0, min(start + num_new_tokens, req.num_prompt_tokens - 1) - start)
+
+
+def _collect_prompt_logprobs(reqs: list[Request], inputs: list[SeqInput], logits: torch.Tensor) -> None:
+    """Appends the prompt logprobs these rows (each seq's num_prompt_logits, in order) give, skipping positions
+    already collected (a prompt recomputed after preemption)."""
+    row = 0
+    for req, inp in zip(reqs, inputs, strict=True):
+        k, start = inp.num_prompt_logits, inp.start_pos
+        if not k:
+            continue
+        targets = torch.tensor(req.prompt_token_ids[start + 1:start + k + 1])
+        chosen, top = token_logprobs(logits[row:row + k], targets, [req.params.prompt_logprobs] * k)
+        row += k
+        for j in range(len(req.prompt_logprobs) - 1 - start, k):
+            req.prompt_logprobs.append(chosen[j])
+            req.prompt_top_logprobs.append(top[j] if top else None)

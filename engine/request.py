@@ -29,6 +29,9 @@ class Request:
     stop_reason: str | int | None = None
     generator: Any = None  # torch.Generator for seeded sampling
     detok: Any = None  # Detokenizer
+    # Prompt logprobs collected so far, position by position (the first token has none), when asked.
+    prompt_logprobs: list[float | None] | None = None
+    prompt_top_logprobs: list[dict[int, float] | None] | None = None
     index: int = 0  # choice index within its request (n > 1)
     # Sequences of the same request that start once this one's prompt is prefilled: they share its blocks.
     forks: list["Request"] = field(default_factory=list)

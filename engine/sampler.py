@@ -1,19 +1,36 @@
-"""Batched sampling: greedy, temperature, top-k, top-p, per-request seeded generators, chosen-token logprobs."""
+"""Batched sampling: logit_bias, min_tokens, repetition/frequency/presence penalties, then greedy, temperature,
+top-k, top-p with per-request seeded generators; logprobs (chosen token and top-N) of the raw distribution."""
+
+from dataclasses import dataclass
 
 import torch
 from floodway.engine.sampling_params import SamplingParams
 
+# OpenAI's stand-in for "very unlikely": keeps a masked (-inf) alternative JSON-encodable.
+MIN_LOGPROB = -9999.0
+
+
+@dataclass
+class SamplerOutput:
+    tokens: list[int]
+    logprobs: list[float] | None  # the chosen token's, per row; None when no row asks
+    top_logprobs: list[dict[int, float] | None] | None  # per row: its N most likely tokens, when N > 0
+
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None],
-           default_generator: torch.Generator | None = None) -> tuple[list[int], list[float] | None]:
-    """logits [B, V] float32 -> (token per row, logprob of each chosen token or None when no row asks)."""
+           default_generator: torch.Generator | None = None, prompt_ids: list[list[int]] | None = None,
+           output_ids: list[list[int]] | None = None, eos_token_ids=()) -> SamplerOutput:
+    """logits [B, V] float32 -> one token per row. prompt_ids/output_ids (per row) feed the penalties and
+    min_tokens; they are read only when a row asks for those."""
+    x = logits
+    if any(p.penalized for p in params):
+        x = apply_penalties(logits, params, prompt_ids, output_ids, eos_token_ids)
     greedy = torch.tensor([p.greedy for p in params], device=logits.device)
-    argmax = logits.argmax(dim=-1)
+    argmax = x.argmax(dim=-1)
     if bool(greedy.all()):
         tokens = argmax
     else:
-        x = logits / torch.tensor([p.temperature if not p.greedy else 1.0 for p in params],
-                                  device=logits.device)[:, None]
+        x = x / torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], device=logits.device)[:, None]
         x = _top_k(x, [p.top_k if p.top_k > 0 else 0 for p in params])
         x = _top_p(x, [p.top_p for p in params])
         probs = torch.softmax(x, dim=-1)
@@ -23,10 +40,64 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
             if g is not None and not params[i].greedy:
                 noise[i].exponential_(generator=g)
         tokens = torch.where(greedy, argmax, (probs / noise).argmax(dim=-1))
-    logprobs = None
-    if any(p.logprobs for p in params):
-        logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0].tolist()
-    return tokens.tolist(), logprobs
+    if all(p.logprobs is None for p in params):
+        return SamplerOutput(tokens.tolist(), None, None)
+    chosen, top = token_logprobs(logits, tokens, [p.logprobs or 0 for p in params])
+    return SamplerOutput(tokens.tolist(), chosen, top)
+
+
+def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, num_top: list[int]):
+    """Raw log-softmax of each row at its token, and its num_top[row] most likely tokens (None where 0).
+    -> (list[float], list[dict[int, float] | None] | None when every num_top is 0)."""
+    lp = torch.log_softmax(logits, dim=-1).clamp_(min=MIN_LOGPROB)
+    chosen = lp.gather(1, token_ids[:, None].to(lp.device))[:, 0].tolist()
+    k = max(num_top)
+    if k == 0:
+        return chosen, None
+    vals, idx = lp.topk(k, dim=-1)
+    vals, idx = vals.tolist(), idx.tolist()
+    top = [dict(zip(idx[i][:n], vals[i][:n], strict=True)) if n else None for i, n in enumerate(num_top)]
+    return chosen, top
+
+
+def apply_penalties(logits: torch.Tensor, params: list[SamplingParams], prompt_ids: list[list[int]],
+                    output_ids: list[list[int]], eos_token_ids=()) -> torch.Tensor:
+    """New logits with, in vLLM's order: logit_bias added; EOS and stop ids masked while a row has fewer than
+    min_tokens outputs; repetition penalty over prompt + output tokens (transformers' rule); frequency and
+    presence penalties over output tokens (OpenAI's formula)."""
+    x = logits.clone()
+    dev = x.device
+    bias = [(i, t, b) for i, p in enumerate(params) for t, b in p.logit_bias.items()]
+    if bias:
+        rows, toks, vals = zip(*bias, strict=True)
+        x.index_put_((torch.tensor(rows, device=dev), torch.tensor(toks, device=dev)),
+                     torch.tensor(vals, dtype=x.dtype, device=dev), accumulate=True)
+    banned = [(i, t) for i, p in enumerate(params) if len(output_ids[i]) < p.min_tokens
+              for t in {*p.stop_token_ids, *(() if p.ignore_eos else eos_token_ids)}]
+    if banned:
+        rows, toks = zip(*banned, strict=True)
+        x[torch.tensor(rows, device=dev), torch.tensor(toks, device=dev)] = float("-inf")
+    if any(p.repetition_penalty != 1.0 for p in params):
+        seen = _counts([p + o for p, o in zip(prompt_ids, output_ids, strict=True)], x.shape[1], dev) > 0
+        r = torch.tensor([p.repetition_penalty for p in params], dtype=x.dtype, device=dev)[:, None]
+        x = torch.where(seen, torch.where(x > 0, x / r, x * r), x)
+    if any(p.frequency_penalty or p.presence_penalty for p in params):
+        counts = _counts(output_ids, x.shape[1], dev).to(x.dtype)
+        freq = torch.tensor([p.frequency_penalty for p in params], dtype=x.dtype, device=dev)[:, None]
+        pres = torch.tensor([p.presence_penalty for p in params], dtype=x.dtype, device=dev)[:, None]
+        x = x - freq * counts - pres * (counts > 0).to(x.dtype)
+    return x
+
+
+def _counts(id_lists: list[list[int]], vocab: int, device) -> torch.Tensor:
+    """[B, vocab] occurrences of each token id per row (rows padded with an extra column that is dropped)."""
+    width = max((len(ids) for ids in id_lists), default=0)
+    idx = torch.full((len(id_lists), width), vocab, dtype=torch.long)
+    for i, ids in enumerate(id_lists):
+        idx[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    counts = torch.zeros(len(id_lists), vocab + 1, dtype=torch.int32)
+    counts.scatter_add_(1, idx, torch.ones_like(idx, dtype=torch.int32))
+    return counts[:, :vocab].to(device)
 
 
 def _top_k(x: torch.Tensor, ks: list[int]) -> torch.Tensor:

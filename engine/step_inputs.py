@@ -17,6 +17,7 @@ class SeqInput:
     start_pos: int  # tokens already in the cache
     block_table: list[int]
     samples: bool  # whether the last token's logits are needed
+    num_prompt_logits: int = 0  # leading positions whose logits are kept too (prompt logprobs)
 
 
 def decode_groups(ctx_lens: list[int]) -> list[tuple[int, int]]:
@@ -31,17 +32,19 @@ def decode_groups(ctx_lens: list[int]) -> list[tuple[int, int]]:
 
 
 def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device):
-    """-> (meta, input_ids [1, T], position_ids [1, T], logits_to_keep [num sampling seqs] in seqs' order).
+    """-> (meta, input_ids [1, T], position_ids [1, T], logits_to_keep): the sampling seqs' last positions in
+    seqs' order, then each seq's leading num_prompt_logits positions in seqs' order.
     The packed order puts single-token sequences first, longest context first, then prefill chunks."""
     bs = block_size
     order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].token_ids) != 1, -seqs[i].start_pos))
     num_decode = sum(1 for s in seqs if len(s.token_ids) == 1)
-    ids, pos, slots, last = [], [], [], {}
+    ids, pos, slots, first, last = [], [], [], {}, {}
     for i in order:
         s = seqs[i]
         n = len(s.token_ids)
         for p in range(s.start_pos, s.start_pos + n):
             slots.append(s.block_table[p // bs] * bs + p % bs)
+        first[i] = len(ids)
         pos.extend(range(s.start_pos, s.start_pos + n))
         ids.extend(s.token_ids)
         last[i] = len(ids) - 1
@@ -66,5 +69,6 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device):
         start += n
     meta = StepMeta(k_caches, v_caches, torch.tensor(slots, device=device), decodes, prefills)
     keep = [last[i] for i in range(len(seqs)) if seqs[i].samples]
+    keep += [first[i] + j for i in range(len(seqs)) for j in range(seqs[i].num_prompt_logits)]
     return (meta, torch.tensor([ids], device=device), torch.tensor([pos], device=device),
             torch.tensor(keep, dtype=torch.long, device=device))

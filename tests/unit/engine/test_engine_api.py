@@ -14,7 +14,8 @@ GREEDY = dict(temperature=0.0)
     ([], SamplingParams(), "prompt is empty"),
     ("", SamplingParams(), "prompt is empty"),
     (list(range(10, 250)), SamplingParams(max_tokens=20), "max_model_len"),
-    ([5, 6], SamplingParams(max_tokens=0), "max_tokens"),
+    ([5, 6], SamplingParams(max_tokens=-1), "max_tokens"),
+    ([5, 6], SamplingParams(logit_bias={99999: 1.0}), "logit_bias"),
     ([5, 6], SamplingParams(top_p=0), "top_p"),
     ([5, 6], SamplingParams(temperature=-1), "temperature"),
     ([5, 6], SamplingParams(stop=[3]), "stop"),
@@ -46,7 +47,7 @@ def test_duplicate_id_refused(run_to_end, clean_engine):
 
 
 def test_streamed_pieces_add_up_and_metrics_are_ordered(run_to_end, clean_engine):
-    clean_engine.add_request("s", "Once upon a time", SamplingParams(max_tokens=12, ignore_eos=True, logprobs=True,
+    clean_engine.add_request("s", "Once upon a time", SamplingParams(max_tokens=12, ignore_eos=True, logprobs=0,
                                                                      **GREEDY))
     outs = run_to_end(clean_engine)["s"]
     final = outs[-1]

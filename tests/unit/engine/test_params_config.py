@@ -6,7 +6,15 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    (dict(max_tokens=0), "max_tokens"),
+    (dict(max_tokens=-1), "max_tokens"),
+    (dict(presence_penalty=2.5), "presence_penalty"),
+    (dict(frequency_penalty=-2.1), "frequency_penalty"),
+    (dict(repetition_penalty=0.0), "repetition_penalty"),
+    (dict(logit_bias={5: 101}), "logit_bias"),
+    (dict(logit_bias={-1: 1}), "logit_bias"),
+    (dict(min_tokens=17), "min_tokens"),
+    (dict(logprobs=21), "logprobs"),
+    (dict(prompt_logprobs=-1), "prompt_logprobs"),
     (dict(max_tokens=1.5), "max_tokens"),
     (dict(temperature=-0.1), "temperature"),
     (dict(temperature=float("nan")), "temperature"),

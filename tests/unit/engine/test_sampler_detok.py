@@ -11,19 +11,20 @@ def test_greedy_topk1_and_tiny_top_p_pick_the_argmax():
     logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
     params = [SamplingParams(temperature=0), SamplingParams(top_k=1), SamplingParams(top_p=1e-6),
               SamplingParams(temperature=1e-4)]
-    tokens, logprobs = sample(logits, params, [None] * 4, torch.Generator().manual_seed(1))
-    assert tokens == logits.argmax(-1).tolist()
-    assert logprobs is None
+    out = sample(logits, params, [None] * 4, torch.Generator().manual_seed(1))
+    assert out.tokens == logits.argmax(-1).tolist()
+    assert out.logprobs is None and out.top_logprobs is None
 
 
 def test_seeded_rows_repeat_whatever_the_batch_and_logprobs_match():
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
-    seeded = SamplingParams(temperature=1.0, seed=5, logprobs=True)
+    seeded = SamplingParams(temperature=1.0, seed=5, logprobs=0)
 
     def draw(batch_rows):
         gens = [torch.Generator().manual_seed(5) if i == 0 else None for i in range(batch_rows)]
-        return sample(logits[:batch_rows], [seeded] + [SamplingParams()] * (batch_rows - 1), gens,
-                      torch.Generator().manual_seed(batch_rows))
+        out = sample(logits[:batch_rows], [seeded] + [SamplingParams()] * (batch_rows - 1), gens,
+                     torch.Generator().manual_seed(batch_rows))
+        return out.tokens, out.logprobs
 
     (t1, lp1), (t3, _) = draw(1), draw(3)
     assert t1[0] == t3[0]
@@ -32,8 +33,8 @@ def test_seeded_rows_repeat_whatever_the_batch_and_logprobs_match():
 
 def test_top_k_restricts_the_choice():
     logits = torch.arange(10, dtype=torch.float32)[None].repeat(200, 1)
-    tokens, _ = sample(logits, [SamplingParams(top_k=2)] * 200, [None] * 200, torch.Generator().manual_seed(0))
-    assert set(tokens) == {8, 9}
+    out = sample(logits, [SamplingParams(top_k=2)] * 200, [None] * 200, torch.Generator().manual_seed(0))
+    assert set(out.tokens) == {8, 9}
 
 
 def test_detokenizer_holds_back_a_possible_stop_string(engine):
