@@ -9,6 +9,8 @@ import yaml
 from floodway.operator.planner.units import PlanError, parse_bytes
 
 TABLE = pathlib.Path(__file__).with_name("gpus.yaml")
+# The node label NVIDIA GPU feature discovery (part of the GPU operator) sets to the GPU's product name.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,7 @@ class GpuSpec:
     memory_bytes: int
     bandwidth_bytes_per_s: float | None  # None for a custom GPU given only by its memory
     bf16_flops: float | None
+    gfd_products: tuple[str, ...] = ()  # GPU_PRODUCT_LABEL values of nodes with this GPU
 
 
 def _key(name: str) -> str:
@@ -29,8 +32,10 @@ def gpu_table() -> dict[str, GpuSpec]:
     rows = yaml.safe_load(TABLE.read_text())["gpus"]
     table = {}
     for name, row in rows.items():
-        spec = GpuSpec(name, int(row["memory_gib"] * 2**30), row["bandwidth_gbs"] * 1e9, row["bf16_tflops"] * 1e12)
-        for alias in [name, *row.get("aliases", [])]:
+        products = tuple(row.get("gfd_products", ()))
+        spec = GpuSpec(name, int(row["memory_gib"] * 2**30), row["bandwidth_gbs"] * 1e9, row["bf16_tflops"] * 1e12,
+                       products)
+        for alias in [name, *row.get("aliases", []), *products]:
             table[_key(alias)] = spec
     return table
 
@@ -41,6 +46,12 @@ def known_gpus() -> list[str]:
 
 def find_gpu(name: str) -> GpuSpec | None:
     return gpu_table().get(_key(name))
+
+
+def node_products(gpu_type: str | None) -> tuple[str, ...]:
+    """The GPU_PRODUCT_LABEL values of nodes with this GPU; none for a GPU not in the table or not labelled."""
+    found = find_gpu(gpu_type) if gpu_type else None
+    return found.gfd_products if found else ()
 
 
 def resolve_gpu(gpu: str | None = None, gpu_memory: str | int | None = None,

@@ -3,6 +3,7 @@
 
 import math
 
+from floodway.operator.planner.gpus import GPU_PRODUCT_LABEL, node_products
 from floodway.operator.render.images import Images
 from floodway.operator.render.merge import strategic_merge
 from floodway.operator.render.meta import (
@@ -121,6 +122,19 @@ def rollout_strategy(spec: InferenceServiceSpec) -> dict:
     return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}
 
 
+def node_affinity(spec: InferenceServiceSpec) -> dict | None:
+    """The engine pods' affinity: the user's, plus a required node affinity on the GPU product label when
+    gpuType names a GPU that GPU feature discovery labels and the user chose no nodes (a nodeSelector or an
+    affinity.nodeAffinity of their own wins, so clusters without that label stay schedulable)."""
+    r = spec.resources
+    products = node_products(r.gpu_type) if r.gpus else ()
+    if not products or r.node_selector or (r.affinity or {}).get("nodeAffinity") is not None:
+        return r.affinity
+    term = {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(products)}]}
+    return {**(r.affinity or {}),
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
 def _pod_spec(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
     r = spec.resources
     volumes, mounts = _volumes(spec)
@@ -136,7 +150,7 @@ def _pod_spec(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
     }
     optional = {"nodeSelector": dict(r.node_selector) or None,
                 "tolerations": [t.dump() for t in r.tolerations] or None,
-                "affinity": r.affinity, "priorityClassName": r.priority_class_name,
+                "affinity": node_affinity(spec), "priorityClassName": r.priority_class_name,
                 "runtimeClassName": r.runtime_class_name, "imagePullSecrets": pull_secrets(spec)}
     pod.update({k: v for k, v in optional.items() if v})
     return pod

@@ -150,7 +150,10 @@ class ResourcesSpec(SpecModel):
     gpus: int = Field(1, ge=0)
     """NVIDIA GPUs per replica (nvidia.com/gpu); 0 runs on CPU."""
     gpu_type: str | None = None
-    """GPU model (e.g. H100-80GB) for the planner's fit check."""
+    """GPU model, a row of the planner's table operator/planner/gpus.yaml (e.g. h100-80gb, l4), for the fit
+    check; with gpus > 0 it also selects nodes: the engine pods require a node whose nvidia.com/gpu.product label
+    (set by NVIDIA GPU feature discovery) names this GPU. A nodeSelector or affinity.nodeAffinity of your own
+    replaces that rule (affinity: {nodeAffinity: {}} turns it off, e.g. where nodes lack the label)."""
     gpu_memory_gib: float | None = Field(None, gt=0, alias="gpuMemoryGiB")
     """Memory of one GPU in GiB, when gpuType is not in the planner's table."""
     cpu: Quantity | None = None

@@ -96,6 +96,39 @@ def test_scheduling_fields_reach_the_engine_pod():
     assert not {"affinity", "priorityClassName", "runtimeClassName", "imagePullSecrets", "tolerations"} & bare.keys()
 
 
+def gpu_products(pod: dict) -> list[str] | None:
+    """The values of the GPU-product node affinity term, None without one."""
+    required = pod.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = [e for t in (required or {}).get("nodeSelectorTerms", []) for e in t["matchExpressions"]
+             if e["key"] == "nvidia.com/gpu.product"]
+    return terms[0]["values"] if terms else None
+
+
+def test_gpu_type_requires_nodes_labelled_with_that_gpu():
+    assert gpu_products(engine_pod(spec(resources={"gpus": 1, "gpuType": "h100"}))) == ["NVIDIA-H100-80GB-HBM3"]
+    # a GFD product name is a gpuType too, and every product of the row is allowed (A100 80GB SXM4 and PCIe)
+    assert gpu_products(engine_pod(spec(resources={"gpus": 1, "gpuType": "NVIDIA-A100-SXM4-80GB"}))) == \
+        ["NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"]
+    anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}
+    pod = engine_pod(spec(resources={"gpus": 1, "gpuType": "l4", "affinity": anti}))
+    assert gpu_products(pod) == ["NVIDIA-L4"] and pod["affinity"]["podAntiAffinity"] == anti["podAntiAffinity"]
+
+
+@pytest.mark.parametrize("resources", [
+    {"gpus": 0, "gpuType": "l4"},  # a CPU pool
+    {"gpus": 1},  # no type
+    {"gpus": 1, "gpuType": "mi300x"},  # GPU feature discovery labels NVIDIA GPUs only
+    {"gpus": 1, "gpuType": "custom-48g", "gpuMemoryGiB": 48},  # not in the table
+    {"gpus": 1, "gpuType": "l4", "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-l4"}},  # the user's
+    {"gpus": 1, "gpuType": "l4", "affinity": {"nodeAffinity": {}}},  # turned off
+])
+def test_gpu_type_selects_no_node_where_it_cannot_or_the_user_chose(resources):
+    pod = engine_pod(spec(resources=resources))
+    assert gpu_products(pod) is None
+    assert pod.get("affinity") == resources.get("affinity") and pod.get("nodeSelector") == resources.get("nodeSelector")
+
+
 @pytest.mark.parametrize("gpus, rollout, expected", [
     (1, {}, {"maxSurge": 0, "maxUnavailable": 1}),  # a full GPU pool has no GPU for a surge pod
     (0, {}, {"maxSurge": 1, "maxUnavailable": 0}),  # on CPU, capacity never dips
@@ -197,7 +230,8 @@ def test_pod_template_override_merges_strategically_and_keeps_the_selector():
      "engine": {"hfTokenSecretRef": {"name": "hf", "key": "t"},
                 "env": [{"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}},
     {"engine": {"runtime": "vllm"}, "resources": {
-        "gpus": 4, "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        "gpus": 4, "gpuType": "a100-80gb",
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}},
         "priorityClassName": "p", "runtimeClassName": "nvidia"}, "imagePullSecrets": ["r"],
      "rollout": {"maxSurge": "50%"}, "networkPolicy": {"allowFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}},
