@@ -12,6 +12,7 @@ import gc
 import logging
 import random
 import secrets
+from urllib.parse import quote
 
 import aiohttp
 from fastapi import FastAPI, Request
@@ -112,17 +113,32 @@ def create_app(config: GatewayConfig):
                     return refused
             return await call_next(request)
 
-    @app.get("/v1/models")
-    async def models() -> Response:
-        if config.served_models:
-            return JSONResponse({"object": "list", "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "floodway"} for m in config.served_models]})
+    def card(model: str) -> dict:
+        return {"id": model, "object": "model", "created": 0, "owned_by": "floodway"}
+
+    async def from_backend(path: str) -> Response:
         backend = table.pick(frozenset())
         if backend is None:
             return JSONResponse(error_body("no ready backend to list models", "server_error"), 503)
-        status, text = await get_text(app.state.probes, backend.url + "/v1/models",
+        status, text = await get_text(app.state.probes, backend.url + path,
                                       aiohttp.ClientTimeout(total=config.connect_timeout_s + 5))
         return Response(text, status, media_type="application/json")
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        if config.served_models:
+            return JSONResponse({"object": "list", "data": [card(m) for m in config.served_models]})
+        return await from_backend("/v1/models")
+
+    @app.get("/v1/models/{model:path}")  # served names such as floodway/tiny-llama contain slashes
+    async def retrieve_model(model: str) -> Response:
+        if not config.served_models:
+            return await from_backend("/v1/models/" + quote(model, safe="/"))
+        if model in config.served_models:
+            return JSONResponse(card(model))
+        body = error_body(f"The model `{model}` does not exist; this gateway serves {config.served_models}.",
+                          "invalid_request_error", "model_not_found")
+        return JSONResponse({"error": {**body["error"], "param": "model"}}, 404)
 
     @app.get("/health")
     async def health() -> Response:

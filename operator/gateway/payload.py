@@ -1,10 +1,27 @@
 """Pure helpers on request and response bodies: token estimates for the overflow budget, OpenAI-shaped
-error bodies, and the rewrite of a request for the overflow API."""
+error bodies, and the rewrite of a request for the overflow API (its model, and only the OpenAI API's fields)."""
 
 from __future__ import annotations
 
 import json
 
+# The top-level request fields the OpenAI API defines (its spec's CreateCompletionRequest and
+# CreateChatCompletionRequest; tests/unit/gateway/test_payload_openai_fields.py checks them against the vendored
+# spec). Local engines get every field; the overflow API only these, so vLLM-only extras (top_k, min_tokens,
+# repetition_penalty, ignore_eos, stop_token_ids, guided_*, ...) cannot make a strict API refuse the request.
+OPENAI_REQUEST_FIELDS = {
+    "/v1/completions": frozenset({
+        "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "model", "n",
+        "presence_penalty", "prompt", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p",
+        "user"}),
+    "/v1/chat/completions": frozenset({
+        "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+        "max_completion_tokens", "max_tokens", "messages", "metadata", "modalities", "model", "moderation", "n",
+        "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_options",
+        "prompt_cache_retention", "reasoning_effort", "response_format", "safety_identifier", "seed",
+        "service_tier", "stop", "store", "stream", "stream_options", "temperature", "tool_choice", "tools",
+        "top_logprobs", "top_p", "user", "verbosity", "web_search_options"}),
+}
 DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default, also used when a chat request names none
 CHARS_PER_TOKEN = 4  # rough BPE average; the budget needs an estimate before any tokenizer runs
 
@@ -46,9 +63,13 @@ def sse_error_event(message: str, code: str) -> bytes:
     return b"data: " + json.dumps(error_body(message, "server_error", code)).encode() + b"\n\n"
 
 
-def overflow_body(payload: dict, model: str | None) -> bytes:
-    """The request as sent to the overflow API: the configured model name in place of the client's."""
-    body = payload if model is None else {**payload, "model": model}
+def overflow_body(path: str, payload: dict, model: str | None) -> bytes:
+    """The request as sent to the overflow API: only the fields the OpenAI API defines for `path`, and the
+    configured model name in place of the client's."""
+    allowed = OPENAI_REQUEST_FIELDS[path]
+    body = {k: v for k, v in payload.items() if k in allowed}
+    if model is not None:
+        body["model"] = model
     try:  # not ASCII-escaped: no larger than the client's body
         return json.dumps(body, ensure_ascii=False).encode()
     except UnicodeEncodeError:  # a lone surrogate in a field no model reads: only a JSON escape carries it

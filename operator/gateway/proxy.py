@@ -251,7 +251,8 @@ class Gateway:
         if t0 is not None:
             self.metrics.added_latency.observe(time.perf_counter() - t0)
         url = o.base_url.rstrip("/") + path.removeprefix("/v1")
-        return await self._send(self._post_remote(url, overflow_body(payload, o.model), headers), stream, "overflow",
+        body = overflow_body(path, payload, o.model)
+        return await self._send(self._post_remote(url, body, headers), stream, "overflow",
                                 lambda ok: self.notify(), lambda status: self._breaker_result(True))
 
     async def _post_remote(self, url: str, body: bytes, headers: dict) -> RemoteResponse:

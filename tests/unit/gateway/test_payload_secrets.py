@@ -19,10 +19,15 @@ def test_estimate_tokens():
     assert estimate_tokens({"prompt": "a", "max_tokens": "lots"}) == 1 + 16
 
 
-def test_overflow_body_rewrites_model_only():
-    body = json.loads(overflow_body({"model": "chat", "prompt": "x"}, "small"))
-    assert body == {"model": "small", "prompt": "x"}
-    assert json.loads(overflow_body({"model": "chat"}, None)) == {"model": "chat"}
+def test_overflow_body_rewrites_the_model_and_keeps_only_openai_fields():
+    body = json.loads(overflow_body("/v1/completions", {"model": "chat", "prompt": "x", "n": 2}, "small"))
+    assert body == {"model": "small", "prompt": "x", "n": 2}
+    assert json.loads(overflow_body("/v1/completions", {"model": "chat"}, None)) == {"model": "chat"}
+    extras = {"top_k": 5, "min_tokens": 2, "repetition_penalty": 1.1, "ignore_eos": True, "stop_token_ids": [1],
+              "guided_json": {}, "guided_choice": ["a"]}
+    chat = {"messages": [{"role": "user", "content": "hi"}], "tools": [], "response_format": {"type": "json_object"},
+            "top_logprobs": 2, "logit_bias": {"1": 1}}
+    assert json.loads(overflow_body("/v1/chat/completions", {**chat, **extras}, None)) == chat
 
 
 def test_error_shapes():

@@ -41,7 +41,7 @@ def test_an_error_body_is_an_answer_anything_else_a_crash(content, answer):
 def test_overflow_body_is_no_larger_than_the_clients():
     payload = {"prompt": "\u00e9\u4e2d" * 1000, "model": "local"}
     client = json.dumps(payload, ensure_ascii=False).encode()
-    sent = overflow_body(payload, "remote")
+    sent = overflow_body("/v1/completions", payload, "remote")
     assert json.loads(sent)["model"] == "remote" and len(sent) <= len(client) + len("remote")
 
 
@@ -51,4 +51,5 @@ def test_debug_state_is_off_and_bodies_bounded_by_default():
 
 
 def test_a_lone_surrogate_in_a_field_no_model_reads_travels_escaped():
-    assert json.loads(overflow_body({"prompt": "x", "metadata": {"k": "\ud800"}}, None))["metadata"]["k"] == "\ud800"
+    payload = {"messages": [], "metadata": {"k": "\ud800"}}
+    assert json.loads(overflow_body("/v1/chat/completions", payload, None))["metadata"]["k"] == "\ud800"
