@@ -39,6 +39,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         prefill_budget: bool = typer.Option(True, "--prefill-budget/--no-prefill-budget",
                                             help="Replicas budget each step's prefill to keep the TPOT SLO "
                                                  "(the engine's --tpot-slo-ms, set by the operator)."),
+        prefix_cache: str = typer.Option(None, help="Model the replicas' prefix caches (traces with block ids: "
+                                                    "mooncake) with the gateway routing on 'load' only or "
+                                                    "'prefix'-aware; prints each replica's hit rate."),
         overflow_share: float = typer.Option(0.0, help="Share of requests our policy may leave to the overflow "
                                                         "API when it runs with overflow (0: pay all back)."),
         scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
@@ -62,7 +65,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 overflow_ttft_factor=overflow_ttft_factor, overflow_rpm=overflow_rpm,
                 waiting_includes_prefill=waiting_includes_prefill, scale_to_zero_s=scale_to_zero,
                 ttft_from_prefill_backlog=prefill_backlog_ttft, prefill_budget=prefill_budget,
-                overflow_share=overflow_share,
+                overflow_share=overflow_share, prefix=prefix_cache,
                 static_peak=static_peak, traces_dir=traces_dir, seed=seed)
             if sweep:
                 from floodway.operator.simulator import sweep as sw

@@ -7,12 +7,16 @@ its request and overflow counters, and each tick builds the same Scrape objects 
 derives its Signals through the same `signals_between` (window: the time since the previous tick).
 
 Overflowed requests are served by the external API with a fixed TTFT and TPOT (SimConfig), and count
-toward SLO attainment with those latencies. Replica-hours count a replica from its start (cold start
+toward SLO attainment with those latencies. With `SimConfig.prefix` set, replicas model their prefix cache
+(replica.py) on traces that carry block ids, and the gateway routes on load only ("load") or with the real
+prefix-aware pick ("prefix": routing.pick_prefix, each replica's cached share of the request's blocks).
+Replica-hours count a replica from its start (cold start
 included) to the end of its drain, up to the last arrival of the trace.
 """
 
 import heapq
 import math
+import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -23,6 +27,7 @@ from floodway.operator.autoscaler.policy import ScalerState
 from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals, signals_between
 from floodway.operator.controller.scaling import instant_signals
 from floodway.operator.gateway import overflow as ov
+from floodway.operator.gateway.routing import BackendLoad, PrefixPolicy, RoutingWeights, pick_prefix
 from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
 from floodway.operator.simulator.traces import Request
 
@@ -46,6 +51,9 @@ class SimConfig:
     ttft_from_prefill_backlog: bool = True
     # TPOT protection in the replicas (the engine's --tpot-slo-ms at the TPOT SLO, as the operator renders it).
     prefill_budget: bool = True
+    # Prefix caching in the replicas and the gateway's router: None (not modelled), "load" or "prefix".
+    prefix: str | None = None
+    prefix_policy: PrefixPolicy = field(default_factory=PrefixPolicy)
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,7 @@ class SimResult:
     duration_s: float
     config: SimConfig
     reasons: list[tuple[float, int, str]] = field(default_factory=list)
+    prefix: list[tuple[int, int]] = field(default_factory=list)  # per replica: prefix-cache (hit, looked-up) tokens
 
 
 class Simulation:
@@ -107,7 +116,10 @@ class Simulation:
         if not trace:
             raise ValueError("empty trace")
         self.cfg, self.scaler = config, scaler
-        self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in trace]
+        if config.prefix not in (None, "load", "prefix"):
+            raise ValueError(f"prefix must be None, 'load' or 'prefix', got {config.prefix!r}")
+        self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, r.blocks) for r in trace]
+        self.rng = random.Random(0)  # pick_prefix's load-only fallback never runs here (see _route)
         self.end = self.reqs[-1].arrival_s
         self.slots: list[Slot] = []
         self.events: list = []
@@ -158,6 +170,18 @@ class Simulation:
     def _pick(ready: list[Slot]) -> Slot:
         return min(ready, key=lambda s: s.replica.running + s.replica.waiting)
 
+    def _route(self, r: SimRequest) -> Slot:
+        """The gateway's pick: the prefix-aware one when configured and some replica holds a prefix of the
+        request, else the least loaded."""
+        ready = self._routable()
+        if self.cfg.prefix == "prefix" and r.blocks:
+            hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)}
+            if any(hits.values()):
+                loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage)
+                         for i, s in enumerate(ready)]
+                return ready[int(pick_prefix(loads, hits, self.rng, RoutingWeights(), self.cfg.prefix_policy).id)]
+        return self._pick(ready)
+
     def _pool(self, r: SimRequest) -> ov.PoolState:
         ready = self._routable()
         n = len(ready)
@@ -180,7 +204,7 @@ class Simulation:
         info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
         d = ov.overflow_decision(self._pool(r), pol, info, t)
         if d.target == "local":
-            best = self._pick(self._routable())
+            best = self._route(r)
             r.where = "local"
             if not best.replica.fits(r):
                 r.where = "rejected"
@@ -222,7 +246,9 @@ class Simulation:
     # -- replicas and the autoscaler -------------------------------------------------------------------
     def _ready(self, slot: Slot, t: float) -> None:
         slo = self.cfg.tpot_slo_s if self.cfg.prefill_budget else None
-        slot.replica, slot.util_since = Replica(self.cfg.profile, t, lambda r: self._on_finish(r, slot), slo), t
+        slot.replica = Replica(self.cfg.profile, t, lambda r: self._on_finish(r, slot), slo,
+                               prefix_cache=self.cfg.prefix is not None)
+        slot.util_since = t
 
     def _reconcile(self, desired: int, t: float) -> None:
         starting = [s for s in self.slots if s.replica is None and s.ended_s is None]
@@ -310,8 +336,9 @@ class Simulation:
         self._finish_all()
         hours = sum(min(s.ended_s if s.ended_s is not None else self.end, self.end) - min(s.started_s, self.end)
                     for s in self.slots) / 3600.0
+        prefix = [(s.replica.prefix_hits, s.replica.prefix_queries) for s in self.slots if s.replica is not None]
         return SimResult(self.scaler.name, self.reqs, self.timeline, hours, self.scale_events, self.end, self.cfg,
-                         self.reasons)
+                         self.reasons, prefix)
 
     def _finish_all(self) -> None:
         for r in self.held:

@@ -7,17 +7,23 @@ finishes its prefill. Admission reserves KV for prompt + output (no preemption i
 event in them are taken in bulk, so an hour of traffic simulates in seconds. With a TPOT SLO (the engine's
 --tpot-slo-ms, which the operator sets from the spec), a step that decodes carries only the prefill that
 keeps it within the SLO: the engine's own budget function, fed the profile's step costs.
+
+With `prefix_cache` on, a replica keeps the block ids of the prompts it served in an LRU as large as its KV
+capacity (a request's leading blocks touched last, as the engine frees a request's tail first); a request's
+leading blocks found there are not prefilled again (never its last token), and the hits are counted as the
+engine's vllm:prefix_cache_hits/queries.
 """
 
 import bisect
 import heapq
 import json
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from floodway.engine.prefill_budget import prefill_budget_tokens
+from floodway.operator.simulator.traces import BLOCK_TOKENS
 
 # Defaults shaped like an 8B Llama-style model (GQA, 8 KV heads) in bf16 on one H100 80GB under vLLM-like
 # serving: ~25k prefill tok/s at 2048-token chunks, ~10 ms decode step at batch 1 rising with batch size,
@@ -77,10 +83,10 @@ class ReplicaProfile:
 
 
 class SimRequest:
-    __slots__ = ("arrival_s", "prompt", "output", "left", "first_token_s", "finish_s", "where")
+    __slots__ = ("arrival_s", "prompt", "output", "blocks", "left", "first_token_s", "finish_s", "where")
 
-    def __init__(self, arrival_s: float, prompt: int, output: int):
-        self.arrival_s, self.prompt, self.output = arrival_s, prompt, output
+    def __init__(self, arrival_s: float, prompt: int, output: int, blocks: tuple[int, ...] = ()):
+        self.arrival_s, self.prompt, self.output, self.blocks = arrival_s, prompt, output, blocks
         self.left = prompt  # prefill tokens still to compute
         self.first_token_s = self.finish_s = None
         self.where = ""  # "local", "overflow" or "rejected"
@@ -89,8 +95,12 @@ class SimRequest:
 class Replica:
     """One engine: a waiting queue, chunked prefill, and a decode batch. Time only moves via advance_to()."""
 
-    def __init__(self, profile: ReplicaProfile, now: float, on_finish, tpot_slo_s: float | None = None):
+    def __init__(self, profile: ReplicaProfile, now: float, on_finish, tpot_slo_s: float | None = None,
+                 prefix_cache: bool = False):
         self.p, self.now, self.on_finish, self.tpot_slo_s = profile, now, on_finish, tpot_slo_s
+        self.prefix_cache = prefix_cache
+        self.cache: OrderedDict[int, None] = OrderedDict()  # block ids, least recently used first
+        self.prefix_hits = self.prefix_queries = 0  # prompt tokens found in the cache / looked up
         self.queue: deque[SimRequest] = deque()  # not admitted yet ("waiting")
         self.prefilling: deque[SimRequest] = deque()
         self.decoding: list = []  # heap of (finish_step, seq, request)
@@ -122,7 +132,7 @@ class Replica:
         ahead of it plus its own, in chunks that share each step with the current decode batch."""
         b = len(self.decoding)
         chunk = max(self._prefill_cap(b), 1)
-        ahead = sum(r.left for r in self.prefilling) + sum(r.prompt for r in self.queue) + prompt
+        ahead = sum(r.left for r in self.prefilling) + sum(r.left for r in self.queue) + prompt
         full, rest = divmod(ahead, chunk)
         decode = self._decode_s(b)
         return full * decode + ahead / self.p.prefill_tokens_per_s + (decode if rest else 0.0)
@@ -141,9 +151,29 @@ class Replica:
     def fits(self, req: SimRequest) -> bool:
         return req.prompt + req.output <= self.p.kv_capacity_tokens
 
+    def cached_blocks(self, blocks: tuple[int, ...]) -> int:
+        """How many of these leading blocks the prefix cache holds."""
+        n = 0
+        while n < len(blocks) and blocks[n] in self.cache:
+            n += 1
+        return n
+
+    def _lookup(self, req: SimRequest) -> None:
+        hit = min(self.cached_blocks(req.blocks) * BLOCK_TOKENS, req.prompt - 1)
+        req.left = req.prompt - hit
+        self.prefix_hits += hit
+        self.prefix_queries += req.prompt
+        for block in reversed(req.blocks):
+            self.cache[block] = None
+            self.cache.move_to_end(block)
+        while len(self.cache) > self.p.kv_capacity_tokens // BLOCK_TOKENS:
+            self.cache.popitem(last=False)
+
     def submit(self, req: SimRequest, t: float) -> None:
         """Queue a request at time t; it joins the first step that starts at or after t."""
         self.advance_to(t)
+        if self.prefix_cache:
+            self._lookup(req)
         self.queue.append(req)
         self._admit()
 

@@ -40,6 +40,7 @@ class Options:
     prefill_budget: bool = True
     scale_to_zero_s: float | None = None
     overflow_share: float = 0.0
+    prefix: str | None = None  # SimConfig.prefix
     static_peak: int | None = None
     traces_dir: str | None = None
     seed: int = 0
@@ -76,6 +77,7 @@ def prepare(opts: Options):
     cfg = SimConfig(profile=profile, cold_start_s=opts.cold_start_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
                     waiting_includes_prefill=opts.waiting_includes_prefill,
                     ttft_from_prefill_backlog=opts.ttft_from_prefill_backlog, prefill_budget=opts.prefill_budget,
+                    prefix=opts.prefix,
                     overflow=OverflowPolicy(max_waiting_per_replica=opts.overflow_max_waiting, ttft_slo_s=ttft,
                                             predicted_ttft_factor=_pick(opts.overflow_ttft_factor,
                                                                         TTFT_FACTOR[opts.ttft_from_prefill_backlog]),
@@ -108,6 +110,9 @@ def run_cli(opts: Options) -> str:
              f"peak 60 s {peak:.2f} req/s; SLO TTFT {cfg.ttft_slo_s:g} s, TPOT {cfg.tpot_slo_s:g} s; cold start "
              f"{cfg.cold_start_s:g} s; static peak {sizing.static_peak} replicas, static mean {sizing.static_mean}",
              "", table(summaries, peak_hours)]
+    if cfg.prefix is not None:
+        lines.append(f"\nprefix-cache hit rate ({cfg.prefix} routing), per replica that ran:")
+        lines += [f"{r.name}: " + " ".join(f"{h / q:.0%}" if q else "-" for h, q in r.prefix) for r in results]
     if opts.png:
         plot(results, opts.png, title)
         lines.append(f"\nplot: {opts.png}")

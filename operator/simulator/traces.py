@@ -1,6 +1,8 @@
 """Request traces: loaders for the real traces vendored in data/traces and synthetic burst generators.
 
-A trace is a list of Request(arrival_s, prompt_tokens, output_tokens) sorted by arrival, starting near 0.
+A trace is a list of Request(arrival_s, prompt_tokens, output_tokens) sorted by arrival, starting near 0;
+Mooncake's requests also carry their prompt's block ids (`blocks`, BLOCK_TOKENS tokens each), shared where
+requests share a prefix.
 """
 
 import csv
@@ -20,6 +22,7 @@ MOONCAKE_CONV = "mooncake-conversation/conversation_trace.jsonl"
 VENDORED = Path(__file__).resolve().parents[2] / "data" / "traces"  # operator/simulator -> the repo root
 # Names accepted by --trace besides file paths.
 NAMED_TRACES = {"azure-conv": AZURE_CONV, "mooncake": MOONCAKE_CONV}
+BLOCK_TOKENS = 512  # tokens per block id of Mooncake's hash_ids
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class Request:
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
+    blocks: tuple[int, ...] = ()  # the prompt's block ids, BLOCK_TOKENS each (empty: unknown)
 
 
 def traces_dir(explicit: str | os.PathLike | None = None) -> Path:
@@ -103,7 +107,8 @@ def _load_mooncake_jsonl(path: Path) -> list[Request]:
                 continue
             try:
                 d = json.loads(line)
-                out.append(Request(d["timestamp"] / 1000.0, int(d["input_length"]), int(d["output_length"])))
+                out.append(Request(d["timestamp"] / 1000.0, int(d["input_length"]), int(d["output_length"]),
+                                   tuple(d.get("hash_ids") or ())))
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}:{i}: bad record: {e!r}") from None
     return out
