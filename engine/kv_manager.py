@@ -24,9 +24,10 @@ class KVManager:
 
     def computed_prefix(self, req: Request) -> tuple[list[int], list[int]]:
         """Cached blocks (ids, hashes) matching the request's leading full blocks; never the last token's block
-        once the rest is covered, since the last token must be computed to get its logits."""
+        once the rest is covered, since the last token must be computed to get its logits. None for a request
+        asking for prompt logprobs: they need every prompt position's logits."""
         ids, hashes, parent = [], [], None
-        max_blocks = (req.num_tokens - 1) // self.block_size
+        max_blocks = (req.num_tokens - 1) // self.block_size if req.params.prompt_logprobs is None else 0
         for i in range(max_blocks):
             tokens = tuple(req.all_token_ids[i * self.block_size:(i + 1) * self.block_size])
             hit = self.pool.lookup(parent, tokens)

@@ -1,5 +1,6 @@
 """The step-level engine: add, abort, step, stats. Exactly one thread owns an instance."""
 
+import dataclasses
 import time
 
 import torch
@@ -29,7 +30,7 @@ class LLMEngine:
         if not config.enable_chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
             raise ValueError(f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be >= max_model_len "
                              f"({self.max_model_len}) when enable_chunked_prefill is off")
-        self.requests: dict[str, Request] = {}
+        self.requests: dict[str, list[Request]] = {}  # request id -> its unfinished sequences (n > 1: several)
         self.generator = torch.Generator(device=self.runner.device).manual_seed(config.seed)
         self._pending: list[RequestOutput] = []  # final outputs of aborted requests, returned by the next step
         self.prompt_tokens_total = 0
@@ -52,6 +53,9 @@ class LLMEngine:
         if need > self.kv.pool.num_total:
             raise ValueError(f"prompt + max_tokens needs {need} KV blocks, more than the whole pool "
                              f"({self.kv.pool.num_total})")
+        if params.num_seqs > self.config.max_num_seqs:
+            raise ValueError(f"{'best_of' if params.best_of else 'n'} ({params.num_seqs}) exceeds the sequences this "
+                             f"engine runs at once (max_num_seqs {self.config.max_num_seqs})")
         if any(t >= self.runner.vocab_size for t in params.stop_token_ids):
             raise ValueError(f"stop_token_ids must be below the vocabulary size {self.runner.vocab_size}")
         if any(t >= self.runner.vocab_size for t in params.logit_bias):
@@ -68,24 +72,34 @@ class LLMEngine:
         else:
             raise ValueError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
         self.validate_request(ids, params)
-        req = Request(request_id, ids, params, RequestMetrics(arrival_time or time.time()))
-        if params.seed is not None:
-            req.generator = torch.Generator(device=self.runner.device).manual_seed(params.seed)
-        req.detok = Detokenizer(self.tokenizer, params.stop)
-        if params.prompt_logprobs is not None:
-            req.prompt_logprobs, req.prompt_top_logprobs = [None], [None]
-        self.requests[request_id] = req
-        self.scheduler.add(req)
+        metrics = RequestMetrics(arrival_time or time.time())
+        seqs = [self._sequence(request_id, ids, params, metrics, i) for i in range(params.num_seqs)]
+        seqs[0].forks = seqs[1:]  # prefilled once, by the first
+        if params.prompt_logprobs is not None:  # filled by whichever sequence computes the prompt, read by all
+            lps, tops = [None], [None]
+            for seq in seqs:
+                seq.prompt_logprobs, seq.prompt_top_logprobs = lps, tops
+        self.requests[request_id] = seqs
+        self.scheduler.add(seqs[0])
         self.prompt_tokens_total += len(ids)
 
+    def _sequence(self, request_id: str, ids: list[int], params: SamplingParams, metrics: RequestMetrics,
+                  index: int) -> Request:
+        if params.num_seqs > params.n and params.logprobs is None:
+            params = dataclasses.replace(params, logprobs=0)  # best_of ranks by the chosen tokens' logprobs
+        req = Request(request_id, ids, params, metrics, index=index)
+        if params.seed is not None:  # choice i draws from seed + i: reproducible, and unlike the others
+            req.generator = torch.Generator(device=self.runner.device).manual_seed(params.seed + index)
+        req.detok = Detokenizer(self.tokenizer, params.stop)
+        return req
+
     def abort_request(self, request_id: str) -> None:
-        req = self.requests.pop(request_id, None)
-        if req is None:
-            return
-        self.scheduler.finish(req)
-        req.finish_reason = "abort"
-        req.metrics.finished_time = time.time()
-        self._pending.append(self._output(req, [], None))
+        seqs = self.requests.pop(request_id, None)
+        for i, req in enumerate(seqs or []):
+            self.scheduler.finish(req)
+            req.finish_reason = "abort"
+            req.metrics.finished_time = time.time()
+            self._pending.append(self._output(req, [], None, finished=i == len(seqs) - 1))
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._pending)
@@ -103,20 +117,25 @@ class LLMEngine:
         inputs = [SeqInput(s.req.all_token_ids[s.req.num_computed_tokens:s.req.num_computed_tokens + s.num_new_tokens],
                            s.req.num_computed_tokens, self.kv.block_table(s.req), s.samples,
                            _num_prompt_logits(s.req, s.num_new_tokens)) for s in seqs]
-        sampling = [s.req for s in seqs if s.samples]
-        logits = self.runner.execute(inputs)
-        logits, prompt_logits = logits[:len(sampling)], logits[len(sampling):]
+        sampled = [s.req for s in seqs if s.samples]
+        logits = self.runner.execute(inputs, self.kv.take_copies())
+        logits, prompt_logits = logits[:len(sampled)], logits[len(sampled):]
         if len(prompt_logits):
             _collect_prompt_logprobs([s.req for s in seqs], inputs, prompt_logits)
+        for s in seqs:
+            s.req.num_computed_tokens += s.num_new_tokens
+            self.kv.cache_filled_blocks(s.req)
+        # Once a request's prompt is computed its other sequences fork off it and sample from the same logits.
+        rows = [i for i, req in enumerate(sampled) for _ in range(1 + len(req.forks))]
+        sampling = [seq for req in sampled for seq in (req, *self.scheduler.fork(req))]
+        if len(rows) > len(sampled):
+            logits = logits[rows]
         if sampling:
             out = sample(logits, [r.params for r in sampling], [r.generator for r in sampling], self.generator,
                          [r.prompt_token_ids for r in sampling], [r.output_token_ids for r in sampling],
                          self.runner.eos_token_ids)
         decodes = sum(1 for s in seqs if s.req.output_token_ids and s.num_new_tokens == 1 and s.samples)
         self.step_times.observe(decodes, sched.num_tokens - decodes, time.perf_counter() - started)
-        for s in seqs:
-            s.req.num_computed_tokens += s.num_new_tokens
-            self.kv.cache_filled_blocks(s.req)
         now = time.time()
         for i, req in enumerate(sampling):
             outputs.append(self._append(req, out.tokens[i], out.logprobs[i] if out.logprobs else None,
@@ -128,19 +147,26 @@ class LLMEngine:
         p = req.params
         new = [token] if p.max_tokens else []  # max_tokens 0: prefill only (prompt logprobs), nothing generated
         if new:
-            self._add_token(req, token, now)
+            self._add_token(req, token, logprob, now)
         else:
             req.finish_reason = "length"
+        finished = False
         if req.finish_reason is not None:
             req.metrics.finished_time = now
             self.scheduler.finish(req)
-            del self.requests[req.request_id]
+            seqs = self.requests[req.request_id]
+            seqs.remove(req)
+            if not seqs:
+                del self.requests[req.request_id]
+                finished = True
         new_logprobs = [logprob] if new and p.logprobs is not None else None
-        return self._output(req, new, new_logprobs, [top] if new and top is not None else None)
+        return self._output(req, new, new_logprobs, finished, [top] if new and top is not None else None)
 
-    def _add_token(self, req: Request, token: int, now: float) -> None:
+    def _add_token(self, req: Request, token: int, logprob: float | None, now: float) -> None:
         """Appends a sampled token and sets finish_reason if it ends the sequence."""
         req.append_token(token)
+        if logprob is not None:
+            req.cumulative_logprob += logprob
         self.generation_tokens_total += 1
         if req.metrics.first_token_time is None:
             req.metrics.first_token_time = now
@@ -157,13 +183,13 @@ class LLMEngine:
                 req.finish_reason = "length"
 
     def _output(self, req: Request, new_ids: list[int], new_logprobs: list[float] | None,
-                new_top_logprobs: list[dict[int, float]] | None = None) -> RequestOutput:
-        finished = req.finish_reason is not None
+                finished: bool, new_top_logprobs: list[dict[int, float]] | None = None) -> RequestOutput:
         return RequestOutput(
             request_id=req.request_id, prompt_token_ids=req.prompt_token_ids, new_token_ids=new_ids,
-            output_token_ids=list(req.output_token_ids), new_text=req.detok.take_new(finished),
+            output_token_ids=list(req.output_token_ids), new_text=req.detok.take_new(req.finish_reason is not None),
             text=req.detok.text, finished=finished, finish_reason=req.finish_reason, stop_reason=req.stop_reason,
             new_logprobs=new_logprobs, num_cached_tokens=max(req.num_cached_tokens, 0), metrics=req.metrics,
+            index=req.index, cumulative_logprob=req.cumulative_logprob if req.params.logprobs is not None else None,
             new_top_logprobs=new_top_logprobs, prompt_logprobs=req.prompt_logprobs,
             prompt_top_logprobs=req.prompt_top_logprobs)
 

@@ -1,5 +1,6 @@
 """What the engine hands back: per-request outputs and engine-wide stats (torch-free)."""
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -21,8 +22,8 @@ class RequestOutput:
     output_token_ids: list[int]
     new_text: str
     text: str
-    finished: bool
-    finish_reason: str | None  # None | "stop" | "length" | "abort"
+    finished: bool  # the request's last output: every choice has finished
+    finish_reason: str | None  # this choice's: None | "stop" | "length" | "abort"
     stop_reason: str | int | None
     new_logprobs: list[float] | None
     num_cached_tokens: int
@@ -32,6 +33,18 @@ class RequestOutput:
     # Per prompt token when prompt_logprobs was asked (the first token has none): its logprob, its alternatives.
     prompt_logprobs: list[float | None] | None = None
     prompt_top_logprobs: list[dict[int, float] | None] | None = None
+    index: int = 0  # choice index within the request (n > 1)
+    cumulative_logprob: float | None = None  # of the choice's tokens, where logprobs were computed
+
+
+def final_choices(finals: list[RequestOutput], n: int) -> list[RequestOutput]:
+    """A request's n choices from its sequences' final outputs, by index; with more sequences than n (best_of),
+    the n with the highest cumulative logprob, best first, indexed 0..n-1."""
+    if len(finals) <= n:
+        return sorted(finals, key=lambda o: o.index)
+    ranked = sorted(finals, key=lambda o: float("-inf") if o.cumulative_logprob is None else o.cumulative_logprob,
+                    reverse=True)[:n]
+    return [dataclasses.replace(o, index=i) for i, o in enumerate(ranked)]
 
 
 @dataclass

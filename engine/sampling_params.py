@@ -27,6 +27,8 @@ class SamplingParams:
     # default: None: none; 0: the chosen token's; N: plus the N most likely tokens.
     logprobs: int | None = None
     prompt_logprobs: int | None = None  # the same for each prompt token (the first has none)
+    n: int = 1  # choices returned
+    best_of: int | None = None  # sequences generated (>= n); the n with the highest cumulative logprob are returned
 
     @property
     def greedy(self) -> bool:
@@ -74,6 +76,15 @@ class SamplingParams:
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or not 0 <= value <= MAX_LOGPROBS):
                 raise ValueError(f"{name} must be None or an integer in [0, {MAX_LOGPROBS}], got {value!r}")
+        if not _is_int(self.n) or self.n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {self.n!r}")
+        if self.best_of is not None and (not _is_int(self.best_of) or self.best_of < self.n):
+            raise ValueError(f"best_of must be None or an integer >= n ({self.n}), got {self.best_of!r}")
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences generated for the request: best_of when set, else n."""
+        return self.best_of or self.n
 
 
 def _is_int(x) -> bool:
