@@ -14,6 +14,7 @@ from floodway.engine.request import Request
 from floodway.engine.sampler import sample, token_logprobs
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.scheduler import Scheduler
+from floodway.engine.structured_grammar import Grammars, advance
 
 
 class LLMEngine:
@@ -36,6 +37,7 @@ class LLMEngine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.step_times = StepTimes()
+        self.grammars = Grammars(self.tokenizer, self.runner.vocab_size, list(self.runner.eos_token_ids))
 
     # --- admission -------------------------------------------------------------------------------------------
     def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
@@ -58,6 +60,8 @@ class LLMEngine:
                              f"engine runs at once (max_num_seqs {self.config.max_num_seqs})")
         if any(t >= self.runner.vocab_size for t in params.stop_token_ids):
             raise ValueError(f"stop_token_ids must be below the vocabulary size {self.runner.vocab_size}")
+        if params.structured is not None:
+            self.grammars.compile(params.structured)  # a bad schema fails here (compiled once, then cached)
         if any(t >= self.runner.vocab_size for t in params.logit_bias):
             raise ValueError(f"logit_bias token ids must be below the vocabulary size {self.runner.vocab_size}")
 
@@ -91,6 +95,7 @@ class LLMEngine:
         if params.seed is not None:  # choice i draws from seed + i: reproducible, and unlike the others
             req.generator = torch.Generator(device=self.runner.device).manual_seed(params.seed + index)
         req.detok = Detokenizer(self.tokenizer, params.stop)
+        req.grammar = self.grammars.matcher(params.structured) if params.structured is not None else None
         return req
 
     def abort_request(self, request_id: str) -> None:
@@ -131,6 +136,7 @@ class LLMEngine:
         if len(rows) > len(sampled):
             logits = logits[rows]
         if sampling:
+            self.grammars.mask(logits, [r.grammar for r in sampling])  # before sampling, so only allowed tokens
             out = sample(logits, [r.params for r in sampling], [r.generator for r in sampling], self.generator,
                          [r.prompt_token_ids for r in sampling], [r.output_token_ids for r in sampling],
                          self.runner.eos_token_ids)
@@ -165,6 +171,7 @@ class LLMEngine:
     def _add_token(self, req: Request, token: int, logprob: float | None, now: float) -> None:
         """Appends a sampled token and sets finish_reason if it ends the sequence."""
         req.append_token(token)
+        grammar_done = req.grammar is not None and advance(req.grammar, token)
         if logprob is not None:
             req.cumulative_logprob += logprob
         self.generation_tokens_total += 1
@@ -173,6 +180,8 @@ class LLMEngine:
         p = req.params
         if token in p.stop_token_ids:
             req.finish_reason, req.stop_reason = "stop", token
+        elif grammar_done:  # the output is complete; only a stop token was allowed
+            req.finish_reason = "stop"
         elif not p.ignore_eos and token in self.runner.eos_token_ids:
             req.finish_reason = "stop"
         else:

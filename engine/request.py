@@ -29,6 +29,7 @@ class Request:
     stop_reason: str | int | None = None
     generator: Any = None  # torch.Generator for seeded sampling
     detok: Any = None  # Detokenizer
+    grammar: Any = None  # grammar state (structured_grammar) when the output must match a StructuredSpec
     # Prompt logprobs collected so far, position by position (the first token has none), when asked.
     prompt_logprobs: list[float | None] | None = None
     prompt_top_logprobs: list[dict[int, float] | None] | None = None

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from floodway.engine.structured import StructuredSpec
+
 MAX_LOGPROBS = 20  # alternatives per token (OpenAI's chat maximum; completions allow 5)
 MAX_LOGIT_BIAS = 100.0  # OpenAI's range for each bias
 
@@ -27,6 +29,7 @@ class SamplingParams:
     # default: None: none; 0: the chosen token's; N: plus the N most likely tokens.
     logprobs: int | None = None
     prompt_logprobs: int | None = None  # the same for each prompt token (the first has none)
+    structured: StructuredSpec | None = None  # what every output must match (engine/structured.py)
     n: int = 1  # choices returned
     best_of: int | None = None  # sequences generated (>= n); the n with the highest cumulative logprob are returned
 
@@ -76,6 +79,10 @@ class SamplingParams:
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or not 0 <= value <= MAX_LOGPROBS):
                 raise ValueError(f"{name} must be None or an integer in [0, {MAX_LOGPROBS}], got {value!r}")
+        if self.structured is not None:
+            if not isinstance(self.structured, StructuredSpec):
+                raise ValueError(f"structured must be a StructuredSpec or None, got {self.structured!r:.80}")
+            self.structured.validate()
         if not _is_int(self.n) or self.n < 1:
             raise ValueError(f"n must be an integer >= 1, got {self.n!r}")
         if self.best_of is not None and (not _is_int(self.best_of) or self.best_of < self.n):

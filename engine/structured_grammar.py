@@ -1,0 +1,77 @@
+"""Grammar-constrained decoding: compiles a StructuredSpec for the model's tokenizer and, each step, masks the
+logits rows of the sequences that have one to the tokens their grammar allows next.
+
+The library is xgrammar, picked by measured per-token cost on the batched CPU path with SmolLM2's tokenizer
+(vocabulary 49152, batch of 8 sequences following a JSON schema, best of 5 rounds, bitmask applied the same
+way for all; see README "Structured output"): filling the next-token mask and advancing the state cost
+xgrammar about 26 us per token, llguidance about 50 us (45 us with its parallel executor), outlines-core
+about 350 us (its advance step dominates). llguidance compiles a new schema faster (it builds lazily: about
+0.5 ms against xgrammar's 5 ms for this schema), which the compile cache here makes a once-per-schema cost,
+while the mask cost is paid on every token. xgrammar imports no triton (the CPU image drops it).
+"""
+
+import json
+import re
+
+import torch
+import xgrammar as xgr
+from floodway.engine.structured import StructuredSpec
+
+_CPP_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[23:02:10] /project/cpp/x.cc:94: " before each message
+
+
+class Grammars:
+    """One tokenizer's grammar compiler (thread-safe, cached per spec) and the batch's token bitmask."""
+
+    def __init__(self, tokenizer, vocab_size: int, stop_token_ids: list[int]):
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
+                                                  stop_token_ids=sorted(stop_token_ids))
+        self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+        self.vocab_size = vocab_size
+        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+
+    def compile(self, spec: StructuredSpec) -> xgr.CompiledGrammar:
+        """Raises ValueError with the compiler's message for a schema, pattern or grammar it cannot take."""
+        spec.validate()
+        c, text = self._compiler, spec.payload_text()
+        try:
+            if spec.kind == "json_object":
+                return c.compile_builtin_json_grammar()
+            if spec.kind == "json_schema":
+                # Compact separators: free whitespace lets a small model loop on newlines forever.
+                return c.compile_json_schema(text, any_whitespace=False, strict_mode=True)
+            if spec.kind == "regex":
+                return c.compile_regex(text)
+            if spec.kind == "choice":
+                return c.compile_grammar("root ::= " + " | ".join(_ebnf_string(s) for s in spec.payload))
+            return c.compile_grammar(text)
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise ValueError(f"invalid {spec.kind}: {_CPP_PREFIX.sub('', str(e)).strip()}") from None
+
+    def matcher(self, spec: StructuredSpec) -> xgr.GrammarMatcher:
+        """Fresh state for one sequence (it consumes each token the sequence samples)."""
+        return xgr.GrammarMatcher(self.compile(spec))
+
+    def mask(self, logits: torch.Tensor, matchers: list) -> None:
+        """Sets to -inf, in place, each row's logits of tokens its matcher (None: unconstrained) forbids."""
+        rows = [i for i, m in enumerate(matchers) if m is not None]
+        if not rows:
+            return
+        if self._bitmask.shape[0] < len(matchers):
+            self._bitmask = xgr.allocate_token_bitmask(len(matchers), self.vocab_size)
+        for i in rows:
+            matchers[i].fill_next_token_bitmask(self._bitmask, i)
+        xgr.apply_token_bitmask_inplace(logits, self._bitmask[:len(matchers)].to(logits.device),
+                                        vocab_size=self.vocab_size, indices=rows)
+
+
+def advance(matcher: xgr.GrammarMatcher, token: int) -> bool:
+    """Feeds a sampled token to the sequence's matcher; True once the grammar is complete (a stop token taken)."""
+    if not matcher.accept_token(token):
+        raise RuntimeError(f"token {token} was sampled outside its grammar's mask")
+    return matcher.is_terminated()
+
+
+def _ebnf_string(s: str) -> str:
+    """An EBNF string literal for s (JSON escapes are the ones xgrammar's EBNF reads)."""
+    return json.dumps(s, ensure_ascii=False)
