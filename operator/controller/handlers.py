@@ -1,5 +1,5 @@
-"""kopf handlers: thin shells that read the cluster, call the pure functions (render, tick, build_status,
-transition_events) and write back by server-side apply, status patches and events. Errors become
+"""kopf handlers: thin shells that read the cluster, call the pure functions (render, the control loop's step,
+build_status, transition_events) and write back by server-side apply, status patches and events. Errors become
 conditions, events and kopf retries with backoff, never a crash of the operator."""
 
 import logging
@@ -8,9 +8,9 @@ import time
 import kopf
 from floodway.operator.controller.conditions import transition_events
 from floodway.operator.controller.kube import KubeError, own_namespace
+from floodway.operator.controller.loop import first_state, step, tick_status
 from floodway.operator.controller.ownership import conflict
 from floodway.operator.controller.pods import any_ready, engine_pods, pod_problems, secret_problem
-from floodway.operator.controller.scaling import initial_state, tick
 from floodway.operator.controller.scrape import scrape
 from floodway.operator.controller.status import Observation, build_status, now_rfc3339
 from floodway.operator.controller.storage import claim_problems, claim_roles
@@ -27,10 +27,8 @@ TIMER_S = 1.0  # the timer wakes often; each service acts every spec.autoscaling
 OPERATOR_NAMESPACE = own_namespace()
 
 
-def _publish(body, patch, spec, obs: Observation, generation, owner: Owner) -> None:
-    previous = dict(body.get("status") or {})
-    status = build_status(spec, previous, obs, now_rfc3339(), generation, selector_string(owner, "engine"),
-                          service_url(owner))
+def _publish(body, patch, status: dict) -> None:
+    previous = body.get("status") or {}
     for event in transition_events(previous.get("conditions") or [], status["conditions"]):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     for key, value in status.items():
@@ -54,10 +52,10 @@ def reconcile(body, spec, name, namespace, uid, meta, patch, memo, **_):
         raise kopf.PermanentError(str(err)) from None
     owner = Owner(name, namespace, uid)
     kube = memo.kube
-    if memo.get("state") is None:
+    if memo.get("loop") is None:
         current = kube.get("apps/v1", "Deployment", namespace, engine_name(owner))
-        memo.state = initial_state(current["spec"].get("replicas") if current else None, parsed)
-    objs = render(parsed, owner, memo.images, memo.state.replicas, OPERATOR_NAMESPACE)
+        memo.loop = first_state(current["spec"].get("replicas") if current else None, parsed)
+    objs = render(parsed, owner, memo.images, memo.loop.scaler.replicas, OPERATOR_NAMESPACE)
     conflicts, foreign = [], set()
     try:
         for obj in objs:
@@ -74,9 +72,10 @@ def reconcile(body, spec, name, namespace, uid, meta, patch, memo, **_):
     memo.foreign = foreign
     memo.fit = spec_fit(parsed)
     memo.applied_at = time.monotonic()
-    _publish(body, patch, parsed, Observation(desired_replicas=memo.state.replicas, fit_level=memo.fit[0],
-                                              fit_message=memo.fit[1], conflicts=tuple(conflicts)),
-             meta.get("generation"), owner)
+    obs = Observation(desired_replicas=memo.loop.scaler.replicas, fit_level=memo.fit[0], fit_message=memo.fit[1],
+                      conflicts=tuple(conflicts))
+    _publish(body, patch, build_status(parsed, body.get("status") or {}, obs, now_rfc3339(), meta.get("generation"),
+                                       selector_string(owner, "engine"), service_url(owner)))
     if conflicts:  # retried, so the service converges once the user removes the object
         raise kopf.TemporaryError("; ".join(conflicts), delay=30)
 
@@ -88,7 +87,7 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
     except SpecError:
         return  # reconcile reported it
     now = time.monotonic()
-    if memo.get("state") is None or now - memo.get("last_tick", -1e9) < parsed.autoscaling.interval_seconds:
+    if memo.get("loop") is None or now - memo.get("last_tick", -1e9) < parsed.autoscaling.interval_seconds:
         return
     memo.last_tick = now
     owner = Owner(name, namespace, uid)
@@ -107,36 +106,32 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
     gateway_urls = sorted({template.format(name=name, namespace=namespace, port=SERVICE_PORT, pod_ip=ip,
                                            pod_port=GATEWAY_PORT)
                            for ip in engine_pods(gateway_pods).ready.values()}) if template else []
-    scr = scrape(urls, gateway_urls, found.starting, time.time(), runtime=parsed.engine.runtime)
-    result = tick(parsed, memo.state, memo.get("scrape"), scr, time.time())
-    memo.scrape = scr
-    decision = result.decision
-    scaled_at = None
+    wall = time.time()
+    s = step(parsed, memo.loop, scrape(urls, gateway_urls, found.starting, wall, runtime=parsed.engine.runtime),
+             wall)
+    wanted = s.decision.replicas
     ours = ("Deployment", engine_name(owner)) not in memo.get("foreign", set())
-    if ours and (decision.replicas != memo.state.replicas or (deployment and deployment["spec"].get("replicas")
-                                                              != decision.replicas)):
+    if ours and (s.moved or (deployment and deployment["spec"].get("replicas") != wanted)):
         try:
-            kube.apply(engine_deployment(parsed, owner, memo.images, decision.replicas))
+            kube.apply(engine_deployment(parsed, owner, memo.images, wanted))
         except KubeError as err:
             kopf.event(body, type="Warning", reason="ScaleFailed", message=str(err))
             return  # keep the old state: the next tick tries again
-        if decision.replicas != memo.state.replicas:
-            up = decision.replicas > memo.state.replicas
-            kopf.event(body, type="Normal", reason="ScaledUp" if up else "ScaledDown",
-                       message=f"{memo.state.replicas} -> {decision.replicas}: {decision.reason}")
-            scaled_at = now_rfc3339()
-    memo.state = decision.state
+        if s.moved:
+            kopf.event(body, type="Normal", reason="ScaledUp" if wanted > s.before else "ScaledDown",
+                       message=f"{s.before} -> {wanted}: {s.decision.reason}")
+    memo.loop = s.state
     dstatus = (deployment or {}).get("status") or {}
     ref = parsed.overflow.api_key_secret_ref
-    obs = Observation(
+    fit_level, fit_message = memo.get("fit", (None, ""))
+    seen = Observation(
         replicas=dstatus.get("replicas", 0), ready_replicas=dstatus.get("readyReplicas", 0),
-        desired_replicas=decision.replicas, gateway_ready=any_ready(gateway_pods), signals=result.signals,
-        scale_reason=decision.reason if scaled_at else (body.get("status") or {}).get("lastScaleReason"),
-        scaled_at=scaled_at, fit_level=memo.get("fit", (None, ""))[0], fit_message=memo.get("fit", (None, ""))[1],
+        gateway_ready=any_ready(gateway_pods), fit_level=fit_level, fit_message=fit_message,
         secret_problem=secret_problem(gateway_pods, ref.name) if parsed.overflow.enabled and ref else None,
         pod_problems=(*pod_problems(pods, "engine"), *pod_problems(gateway_pods, "gateway")),
         claim_problems=tuple(claim_problems(parsed, namespace, claims)))
-    _publish(body, patch, parsed, obs, meta.get("generation"), owner)
+    _publish(body, patch, tick_status(parsed, s, seen, body.get("status") or {}, now_rfc3339(),
+                                      meta.get("generation"), selector_string(owner, "engine"), service_url(owner)))
 
 
 @kopf.on.startup()

@@ -1,4 +1,4 @@
-"""The local control loop: the same tick() and build_status() as the operator, acting on processes."""
+"""`floodway up`'s shell around the control loop (controller/loop.py, the operator's too), acting on processes."""
 
 import json
 import os
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 from floodway.operator import procs
-from floodway.operator.controller.scaling import initial_state, tick
+from floodway.operator.controller.loop import first_state, step, tick_status
 from floodway.operator.controller.scrape import scrape
-from floodway.operator.controller.status import Observation, build_status, now_rfc3339
+from floodway.operator.controller.status import Observation, now_rfc3339
 from floodway.operator.local.pool import EnginePool
 from floodway.operator.render.engine import engine_args, ready_path
 from floodway.operator.render.gateway import API_KEY_ENV, gateway_config
@@ -43,8 +43,7 @@ class LocalRunner:
         self.pool = EnginePool(ports, self._engine_argv, str(self.workdir), ready_path(self.spec),
                                ENGINE_START_TIMEOUT_S)
         self.gateway: procs.Proc | None = None
-        self.state = initial_state(self.spec.replicas.min, self.spec)
-        self.previous = None
+        self.loop = first_state(None, self.spec)
         self.status: dict = {}
 
     @property
@@ -62,26 +61,22 @@ class LocalRunner:
         path = self.workdir / "gateway.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         env = {API_KEY_ENV: self.api_key} if self.api_key else {}
-        self.pool.scale_to(self.state.replicas)
+        self.pool.scale_to(self.loop.scaler.replicas)
         self.gateway = procs.start([*procs.FLOODWAY_ARGV, "gateway", "--config", str(path)], self.port, "/health",
                                    60.0, env=env, log_path=str(self.workdir / "gateway.log"))
 
     def step(self) -> dict:
-        """One tick: scrape, decide, act on processes, and compute the status the operator would write."""
-        _, ready, starting = self.pool.counts()
-        scr = scrape(self.pool.ready(), self.gateway.url if self.gateway else None, starting, time.time(),
-                     runtime=self.spec.engine.runtime)
-        result = tick(self.spec, self.state, self.previous, scr, time.time())
-        self.previous = scr
-        moved = result.decision.replicas != self.state.replicas
-        self.state = result.decision.state
-        self.pool.scale_to(result.decision.replicas)
+        """One tick: scrape, the loop's step, act on processes, and the status the operator would write."""
+        _, _, starting = self.pool.counts()
+        wall = time.time()
+        s = step(self.spec, self.loop, scrape(self.pool.ready(), self.gateway.url if self.gateway else None,
+                                              starting, wall, runtime=self.spec.engine.runtime), wall)
+        self.loop = s.state
+        self.pool.scale_to(s.decision.replicas)
         replicas, ready, _ = self.pool.counts()
-        obs = Observation(replicas=replicas, ready_replicas=ready, desired_replicas=result.decision.replicas,
-                          gateway_ready=self.gateway is not None and self.gateway.alive(), signals=result.signals,
-                          scale_reason=result.decision.reason if moved else self.status.get("lastScaleReason"),
-                          scaled_at=now_rfc3339() if moved else self.status.get("lastScaleTime"))
-        self.status = build_status(self.spec, self.status, obs, now_rfc3339(), None, "", self.url)
+        seen = Observation(replicas=replicas, ready_replicas=ready,
+                           gateway_ready=self.gateway is not None and self.gateway.alive())
+        self.status = tick_status(self.spec, s, seen, self.status, now_rfc3339(), None, "", self.url)
         self._write_status()
         return self.status
 
