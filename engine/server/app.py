@@ -51,16 +51,16 @@ async def _until_disconnect(request: Request) -> None:
         pass
 
 
-async def _collect(outputs) -> serving.Collected:
-    c = serving.Collected()
+async def _collect(outputs, n: int) -> serving.Gathered:
+    c = serving.Gathered(n)
     async for out in outputs:
         c.add(out)
     return c
 
 
-async def _collect_unless_disconnected(request: Request, outputs) -> serving.Collected:
+async def _collect_unless_disconnected(request: Request, outputs, n: int) -> serving.Gathered:
     """A non-streaming request ends early (and is aborted) when its client disconnects."""
-    work = asyncio.ensure_future(_collect(outputs))
+    work = asyncio.ensure_future(_collect(outputs, n))
     watch = asyncio.ensure_future(_until_disconnect(request))
     try:
         await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -113,7 +113,7 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
             usage = bool(body.stream_options and body.stream_options.include_usage)
             stream = stream_fn(outputs, rid, state.served_model, created, state.tokenizer, params.logprobs, usage)
             return _ClosingStream(stream, outputs, media_type="text/event-stream", headers=SSE_HEADERS)
-        c = await _collect_unless_disconnected(request, outputs)
+        c = await _collect_unless_disconnected(request, outputs, params.n)
         return response_fn(rid, state.served_model, created, c, state.tokenizer, params.logprobs)
 
     @app.post("/v1/completions", response_model=CompletionResponse, responses=ERRORS)

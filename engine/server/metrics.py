@@ -92,7 +92,7 @@ class ServerMetrics:
         """One RequestOutput from a step (engine loop thread)."""
         now = time.time() if now is None else now
         m, rid = out.metrics, out.request_id
-        if out.new_token_ids:
+        if out.new_token_ids and out.index == 0:  # n > 1: the first choice stands for the request's latency
             last = self._last_token_time.get(rid)
             if last is None:
                 first = m.first_token_time or now

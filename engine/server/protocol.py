@@ -11,8 +11,9 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+MAX_CHOICES = 128  # n and best_of, as the OpenAI API caps n
 ONLY_ZERO = "Penalties are not implemented: only 0 (or null) is accepted."
 
 
@@ -32,14 +33,6 @@ def _absent(value):
     if value not in (None, [], {}):
         raise ValueError("not supported by this server; omit it")
     return value
-
-
-def _one(name: str, what: str):
-    def check(value: int) -> int:
-        if value != 1:
-            raise ValueError(f"{name}={value} is not supported: this server returns {what}")
-        return value
-    return AfterValidator(check)
 
 
 def _not_true(name: str):
@@ -76,8 +69,8 @@ class _SamplingFields(_Request):
     temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1)] | None = None
     top_k: Annotated[StrictInt, Field(ge=-1)] | None = Field(None, description="0 or -1 disables top-k.")
-    n: Annotated[StrictInt, Field(ge=1), _one("n", "exactly one choice (n=1)")] = Field(
-        1, description="Only n=1 is supported.")
+    n: Annotated[StrictInt, Field(ge=1, le=MAX_CHOICES)] = Field(
+        1, description="Choices to return; the prompt is computed once and its KV blocks shared by them.")
     seed: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] | None = None
     stop: Text | Annotated[list[Annotated[Text, Field(min_length=1)]], Field(max_length=16)] | None = None
     stop_token_ids: list[Annotated[StrictInt, Field(ge=0)]] | None = None
@@ -112,10 +105,20 @@ class CompletionRequest(_SamplingFields):
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16
     logprobs: Annotated[StrictInt, Field(ge=0, le=5), AfterValidator(_no_alternatives)] | None = Field(
         None, description="0: the sampled token's logprob; alternatives (1-5) are not supported yet.")
-    best_of: Annotated[StrictInt, Field(ge=1), _one("best_of", "the one completion it generates")] | None = None
+    best_of: Annotated[StrictInt, Field(ge=1, le=MAX_CHOICES)] | None = Field(
+        None, description="Completions generated (>= n); the n with the highest cumulative logprob are returned. "
+        "Not with stream unless equal to n.")
     echo: Annotated[StrictBool, AfterValidator(_not_true("echo"))] = Field(
         False, description="Only false is supported.")
     suffix: None = Field(None, description="Not supported; must be absent or null.")
+
+    @model_validator(mode="after")
+    def _best_of_fits(self):
+        if self.best_of is not None and self.best_of < self.n:
+            raise ValueError(f"best_of ({self.best_of}) must be >= n ({self.n})")
+        if self.stream and self.best_of is not None and self.best_of > self.n:
+            raise ValueError("best_of > n cannot be streamed: the best are known only at the end")
+        return self
 
     def single_prompt(self) -> str | list[int]:
         p = self.prompt

@@ -7,6 +7,7 @@ to the engine front end.
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from floodway.engine.outputs import final_choices
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.server.errors import APIError, bad_request, param_of
 from floodway.engine.server.protocol import (
@@ -66,7 +67,7 @@ def sampling_params(req, max_tokens: int, logprobs: bool) -> SamplingParams:
         top_p=1.0 if req.top_p is None else float(req.top_p),
         top_k=0 if req.top_k is None else req.top_k,
         seed=req.seed, stop=req.stop_list(), stop_token_ids=list(req.stop_token_ids or []),
-        ignore_eos=req.ignore_eos, logprobs=logprobs)
+        ignore_eos=req.ignore_eos, logprobs=logprobs, n=req.n, best_of=getattr(req, "best_of", None))
     try:
         params.validate()
     except ValueError as e:
@@ -115,7 +116,7 @@ def hidden_stop_token(out) -> bool:
 
 @dataclass
 class Collected:
-    """Everything a non-streaming response needs from a request's outputs."""
+    """Everything a non-streaming response needs from one choice's outputs."""
 
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -124,6 +125,8 @@ class Collected:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     hidden_tail: int = 0  # trailing tokens not in `text` (the end-of-turn token), left out of chat logprobs
+    index: int = 0
+    cumulative_logprob: float | None = None
 
     def add(self, out) -> None:
         if out.finish_reason == "abort":
@@ -133,11 +136,28 @@ class Collected:
         self.logprobs.extend(out.new_logprobs or [])
         self.finish_reason = out.finish_reason
         self.hidden_tail = int(hidden_stop_token(out))
+        self.index, self.cumulative_logprob = out.index, out.cumulative_logprob
+
+
+@dataclass
+class Gathered:
+    """A request's choices, each Collected from the outputs with its index (n > 1: several)."""
+
+    n: int = 1  # choices returned; fewer than were generated with best_of
+    by_index: dict[int, Collected] = field(default_factory=dict)
+
+    def add(self, out) -> None:
+        self.by_index.setdefault(out.index, Collected()).add(out)
+
+    def choices(self) -> list[Collected]:
+        return final_choices(list(self.by_index.values()), self.n)
 
     def usage(self) -> Usage:
-        n = len(self.token_ids)
-        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=n, total_tokens=self.prompt_tokens + n,
-                     prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens))
+        """The prompt once; every generated token, of best_of's unreturned sequences too (they were computed)."""
+        first = self.by_index.get(0, Collected())
+        n = sum(len(c.token_ids) for c in self.by_index.values())
+        return Usage(prompt_tokens=first.prompt_tokens, completion_tokens=n, total_tokens=first.prompt_tokens + n,
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=first.cached_tokens))
 
 
 def token_strings(tokenizer, ids: list[int]) -> list[str]:
@@ -159,17 +179,24 @@ def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float]) -> ChatLogpr
                                  for t, lp in zip(token_strings(tokenizer, ids), logprobs, strict=False)])
 
 
-def completion_response(rid: str, model: str, created: int, c: Collected, tokenizer, logprobs: bool):
-    lp = completion_logprobs(tokenizer, c.token_ids, c.logprobs) if logprobs else None
-    choice = CompletionChoice(text=c.text, logprobs=lp, finish_reason=c.finish_reason)
-    return CompletionResponse(id=rid, created=created, model=model, choices=[choice], usage=c.usage())
+def completion_response(rid: str, model: str, created: int, g: Gathered, tokenizer, logprobs: bool):
+    def choice(c: Collected) -> CompletionChoice:
+        lp = completion_logprobs(tokenizer, c.token_ids, c.logprobs) if logprobs else None
+        return CompletionChoice(index=c.index, text=c.text, logprobs=lp, finish_reason=c.finish_reason)
+
+    return CompletionResponse(id=rid, created=created, model=model, choices=[choice(c) for c in g.choices()],
+                              usage=g.usage())
 
 
-def chat_response(rid: str, model: str, created: int, c: Collected, tokenizer, logprobs: bool):
-    shown = len(c.token_ids) - c.hidden_tail
-    lp = chat_logprobs(tokenizer, c.token_ids[:shown], c.logprobs[:shown]) if logprobs else None
-    choice = ChatChoice(message=AssistantMessage(content=c.text), logprobs=lp, finish_reason=c.finish_reason)
-    return ChatCompletionResponse(id=rid, created=created, model=model, choices=[choice], usage=c.usage())
+def chat_response(rid: str, model: str, created: int, g: Gathered, tokenizer, logprobs: bool):
+    def choice(c: Collected) -> ChatChoice:
+        shown = len(c.token_ids) - c.hidden_tail
+        lp = chat_logprobs(tokenizer, c.token_ids[:shown], c.logprobs[:shown]) if logprobs else None
+        return ChatChoice(index=c.index, message=AssistantMessage(content=c.text), logprobs=lp,
+                          finish_reason=c.finish_reason)
+
+    return ChatCompletionResponse(id=rid, created=created, model=model, choices=[choice(c) for c in g.choices()],
+                                  usage=g.usage())
 
 
 def sse(obj) -> str:
@@ -186,38 +213,44 @@ def error_event(exc: Exception) -> str:
 
 
 async def _events(outputs: AsyncIterator, event, usage_event, include_usage: bool,
-                  opening: str | None = None) -> AsyncIterator[str]:
-    """Both streams' skeleton: an event per output that carries text or finishes, a failure reported in-band,
-    the usage event when asked, then [DONE]. The `opening` event (chat's role chunk) goes out with the first
-    token, not before: until a byte is sent, a gateway may still retry a request queued on an engine that dies."""
-    c = Collected()
-    pending = opening or ""
+                  opening=None) -> AsyncIterator[str]:
+    """Both streams' skeleton: an event per output that carries text or finishes its choice (each event one
+    choice, by index, as OpenAI streams n > 1), a failure reported in-band, the usage event once when asked,
+    then [DONE]. The `opening(index)` event (chat's role chunk) goes out with a choice's first token, not before:
+    until a byte is sent, a gateway may still retry a request queued on an engine that dies."""
+    g, opened = Gathered(), set()
+
+    def pending(index: int) -> str:
+        if opening is None or index in opened:
+            return ""
+        opened.add(index)
+        return opening(index)
+
     try:
         async for out in outputs:
-            c.add(out)
-            if not out.new_text and not out.finished:
+            g.add(out)
+            if not out.new_text and out.finish_reason is None:
                 continue
-            yield pending + event(out)
-            pending = ""
+            yield pending(out.index) + event(out)
     except Exception as e:  # noqa: BLE001 - headers are sent: report in-band, then end the stream
-        yield pending + error_event(e)
+        yield ("" if opened else pending(0)) + error_event(e)
     else:
         if include_usage:
-            yield usage_event(c.usage())
+            yield usage_event(g.usage())
     yield DONE
 
 
 def completion_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
                       logprobs: bool, include_usage: bool) -> AsyncIterator[str]:
-    offset = 0  # text offset of the next piece, for logprobs' text_offset
+    offsets: dict[int, int] = {}  # per choice, text offset of its next piece, for logprobs' text_offset
 
     def event(out) -> str:
-        nonlocal offset
         lp = None
+        offset = offsets.get(out.index, 0)
         if logprobs:
             lp = completion_logprobs(tokenizer, out.new_token_ids, out.new_logprobs or [], offset)
-        offset += len(out.new_text)
-        choice = CompletionChoice(text=out.new_text, logprobs=lp, finish_reason=out.finish_reason)
+        offsets[out.index] = offset + len(out.new_text)
+        choice = CompletionChoice(index=out.index, text=out.new_text, logprobs=lp, finish_reason=out.finish_reason)
         return sse(CompletionResponse(id=rid, created=created, model=model, choices=[choice]))
 
     def usage_event(usage: Usage) -> str:
@@ -235,7 +268,9 @@ def chat_stream(outputs: AsyncIterator, rid: str, model: str, created: int, toke
         shown = len(out.new_token_ids) - hidden_stop_token(out)
         lp = chat_logprobs(tokenizer, out.new_token_ids[:shown], (out.new_logprobs or [])[:shown]) if logprobs else None
         delta = DeltaMessage(content=out.new_text)
-        return chunk([ChatChunkChoice(delta=delta, logprobs=lp, finish_reason=out.finish_reason)])
+        return chunk([ChatChunkChoice(index=out.index, delta=delta, logprobs=lp, finish_reason=out.finish_reason)])
 
-    opening = chunk([ChatChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
+    def opening(index: int) -> str:
+        return chunk([ChatChunkChoice(index=index, delta=DeltaMessage(role="assistant", content=""))])
+
     return _events(outputs, event, lambda usage: chunk([], usage), include_usage, opening)

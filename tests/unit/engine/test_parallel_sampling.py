@@ -124,6 +124,19 @@ def test_preemption_with_shared_blocks_keeps_greedy_output(tiny_model_path, run_
     assert_no_leak(eng)
 
 
+def test_best_of_returns_the_n_most_likely_of_the_generated(tiny_model_path, run_to_end, clean_engine):
+    from floodway.engine.outputs import final_choices
+
+    clean_engine.add_request("all", PROMPT, SamplingParams(max_tokens=8, n=4, logprobs=0, **SAMPLED))
+    every = [o for o in run_to_end(clean_engine)["all"] if o.finish_reason is not None]
+    clean_engine.add_request("best", PROMPT, SamplingParams(max_tokens=8, n=2, best_of=4, **SAMPLED))
+    best = final_choices([o for o in run_to_end(clean_engine)["best"] if o.finish_reason is not None], 2)
+    ranked = sorted(every, key=lambda o: o.cumulative_logprob, reverse=True)
+    assert [o.output_token_ids for o in best] == [o.output_token_ids for o in ranked[:2]]
+    assert [o.index for o in best] == [0, 1]
+    assert best[0].cumulative_logprob >= best[1].cumulative_logprob
+
+
 def test_too_many_sequences_refused(clean_engine):
     with pytest.raises(ValueError, match="^n "):
         clean_engine.add_request("big", PROMPT, SamplingParams(n=9))

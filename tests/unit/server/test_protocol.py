@@ -79,11 +79,8 @@ def test_lone_surrogates_are_refused_naming_the_field(model, body, param):
     (CompletionRequest, "logit_bias", {"50256": -100}),
     (CompletionRequest, "guided_json", {"type": "object"}),
     (CompletionRequest, "logprobs", 1),
-    (CompletionRequest, "best_of", 2),
-    (CompletionRequest, "n", 2),
     (CompletionRequest, "echo", True),
     (ChatCompletionRequest, "top_logprobs", 5),
-    (ChatCompletionRequest, "n", 3),
 ])
 def test_fields_that_would_change_the_answer_are_refused_not_dropped(model, field, value):
     base = {"prompt": "x"} if model is CompletionRequest else {"messages": [{"role": "user", "content": "x"}]}
