@@ -1,4 +1,4 @@
-"""`floodway gateway --config FILE` and `floodway bench gateway`."""
+"""`floodway gateway --config FILE`, `floodway bench gateway` and `floodway bench routing`."""
 
 from __future__ import annotations
 
@@ -44,6 +44,30 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         try:
             typer.echo(run_bench(rate, duration, model, max_tokens))
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    @bench_app.command("routing")
+    def bench_routing(
+        engines: int = typer.Option(4, help="Engine processes behind the gateways."),
+        conversations: int = typer.Option(150, help="Mooncake conversations replayed (every turn of each)."),
+        rate: float = typer.Option(8.0, help="Requests per second (fixed rate, open loop)."),
+        kv_blocks: int = typer.Option(1024, help="KV blocks per engine (16 tokens each): scarce by configuration."),
+        max_tokens: int = typer.Option(4, help="Tokens generated per request."),
+        step_delay_ms: int = typer.Option(20, help="Each engine step takes at least this much more."),
+        max_num_batched_tokens: int = typer.Option(128, help="Token budget of one engine step."),
+        max_num_seqs: int = typer.Option(8, help="Sequences per engine batch."),
+        max_blocks: int = typer.Option(96, help="Longest prompt, in trace blocks (16 tokens each)."),
+        model: str = typer.Option("floodway/tiny-llama", help="Model the engines serve (a built-in one)."),
+    ) -> None:
+        """Prefix-aware against load-only routing, same engines and schedule: prefix-cache hit rate against the
+        single-engine bound, TTFT p50/p99 and per-engine spread, on Mooncake-shaped and unshared traffic."""
+        from floodway.operator.gateway.bench_routing import run_bench as run_routing
+
+        try:
+            typer.echo(run_routing(engines, conversations, rate, kv_blocks, max_tokens, step_delay_ms,
+                                   max_num_batched_tokens, max_num_seqs, max_blocks, model))
         except ValueError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None

@@ -48,8 +48,14 @@ async def _one(session: aiohttp.ClientSession, i: int, start_at: float, url: str
 async def send_at_rate(url: str, body: dict, n: int, rate: float, headers: dict | None = None,
                        timeout_s: float = 120.0, start_delay_s: float = 0.05) -> list[Result]:
     """POSTs `body` to `url` n times at `rate` per second; returns the results in send order."""
+    return await send_each_at_rate(url, [body] * n, rate, headers, timeout_s, start_delay_s)
+
+
+async def send_each_at_rate(url: str, bodies: list[dict], rate: float, headers: dict | None = None,
+                            timeout_s: float = 120.0, start_delay_s: float = 0.05) -> list[Result]:
+    """POSTs each of `bodies` to `url` in turn at `rate` per second; returns the results in send order."""
     connector = aiohttp.TCPConnector(limit=4096, limit_per_host=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         t0 = time.perf_counter() + start_delay_s
         return list(await asyncio.gather(*(_one(session, i, t0 + i / rate, url, body, headers or {})
-                                           for i in range(n))))
+                                           for i, body in enumerate(bodies))))

@@ -1,0 +1,237 @@
+"""`floodway bench routing`: prefix-aware against load-only routing, side by side in one run.
+
+Several real engine processes on 127.0.0.1 (a built-in model, a small KV cache each, so capacity is scarce by
+configuration; each step at least --step-delay-ms and at most --max-num-batched-tokens tokens, so a prefill
+costs engine steps in proportion to its uncached tokens however fast or loaded the CPU is) behind two real
+gateways: one routing on load only, one prefix-aware. Two workloads, each replayed through both gateways in
+turn with the same open-loop schedule:
+
+- Mooncake-shaped: the first N conversations of the Mooncake conversation trace (a conversation: the requests
+  sharing their second block id; the first is a prompt shared by nearly all), every turn in trace order, each
+  prompt rendered from its `hash_ids` (one id = one block of BLOCK_WORDS words, each a single token of the
+  built-in tokenizer), so requests share a text and token prefix exactly where the trace says they share
+  blocks;
+- without shared prefixes: the same lengths with every block id fresh.
+
+Each arm renders its text with its own salt, so nothing it sends is cached by an earlier arm. Printed per arm:
+the cluster-wide prefix-cache hit rate from the engines' own counters (vllm:prefix_cache_hits/queries), the
+single-engine unbounded bound (the same prompts' tokens fed to an unbounded cache one request at a time),
+TTFT p50/p99 (time to the stream's first bytes through the gateway), and the per-engine spread (max/mean) of
+requests and of prefill tokens computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import yaml
+from floodway.operator import procs
+from floodway.operator.gateway.bench import _percentile, _wait_idle
+from floodway.operator.gateway.loadgen import send_each_at_rate
+from floodway.operator.gateway.prefix_index import request_keys
+from floodway.operator.simulator.traces import open_trace, resolve_trace
+
+BLOCK_WORDS = 16  # one trace block: 16 single-token words, one engine block at the default block size
+ENGINE_BLOCK = 16
+
+
+def conversations(rows: list[dict], n: int, max_blocks: int) -> list[list[int]]:
+    """The block ids of every turn of the first n conversations, in trace order, each cut to max_blocks."""
+    def key(row: dict) -> int | None:
+        ids = row["hash_ids"]
+        return ids[1] if len(ids) > 1 else None
+
+    first = [k for k in dict.fromkeys(key(r) for r in rows) if k is not None][:n]
+    chosen = set(first)
+    return [r["hash_ids"][:max_blocks] for r in rows if key(r) in chosen]
+
+
+def without_shared_prefixes(requests: list[list[int]]) -> list[list[int]]:
+    """The same lengths, every block id used once."""
+    fresh = iter(range(-1, -10**9, -1))
+    return [[next(fresh) for _ in ids] for ids in requests]
+
+
+def render(ids: list[int], salt: int, words: list[str]) -> str:
+    """The text of a prompt: each block id always gives the same BLOCK_WORDS words (given the salt)."""
+    return "".join(" " + w for h in ids for w in random.Random(f"{salt}:{h}").choices(words, k=BLOCK_WORDS))
+
+
+def single_engine_bound(prompts: list[list[int]], block_size: int = ENGINE_BLOCK) -> tuple[int, int]:
+    """(hit tokens, prompt tokens) of one engine with an unbounded prefix cache fed the prompts (token ids) one
+    at a time: leading full blocks seen before hit, never the block of the last token (as the engine)."""
+    seen: set[int] = set()
+    hits = total = 0
+    for ids in prompts:
+        parent, matching = None, True
+        for i in range(len(ids) // block_size):  # every full block is cached, the last token's too
+            parent = hash((parent, tuple(ids[i * block_size:(i + 1) * block_size])))
+            matching = matching and parent in seen and i < (len(ids) - 1) // block_size
+            hits += block_size * matching
+            seen.add(parent)
+        total += len(ids)
+    return hits, total
+
+
+def spread(values: list[float]) -> float:
+    """max / mean (1.0: perfectly even)."""
+    mean = sum(values) / len(values)
+    return max(values) / mean if mean else float("nan")
+
+
+def _words() -> list[str]:
+    """Short words that the built-in tokenizer keeps as one token each (after a space): about 4 characters per
+    token, as the gateway's CHARS_PER_TOKEN assumes."""
+    from floodway.engine.models.builtin import TOKENIZER_FILE
+
+    vocab = json.loads(TOKENIZER_FILE.read_text())["model"]["vocab"]
+    return sorted(w[1:] for w in vocab if w.startswith("\u0120") and w[1:].isalpha() and w[1:].islower()
+                  and 2 <= len(w) - 1 <= 3)
+
+
+def _token_ids(texts: list[str]) -> list[list[int]]:
+    from floodway.engine.models.builtin import TOKENIZER_FILE
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(TOKENIZER_FILE))
+    return [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+
+def key_costs(texts: list[str]) -> tuple[float, float]:
+    """CPU seconds per request of the gateway's text-block keys and of the alternative, the engine's own keys
+    (tokenize with the model's tokenizer, then chain-hash blocks of 16 token ids), over the same prompts."""
+    from floodway.engine.models.builtin import TOKENIZER_FILE
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(TOKENIZER_FILE))
+    t0 = time.process_time()
+    for text in texts:
+        request_keys({"prompt": text})
+    t1 = time.process_time()
+    for text in texts:
+        request_keys({"prompt": tokenizer.encode(text, add_special_tokens=False).ids})
+    t2 = time.process_time()
+    return (t1 - t0) / len(texts), (t2 - t1) / len(texts)
+
+
+def _counters(url: str) -> tuple[float, float]:
+    """(prefix-cache hit tokens, looked-up tokens) an engine counted so far."""
+    values = {"vllm:prefix_cache_hits_total": 0.0, "vllm:prefix_cache_queries_total": 0.0}
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        name = line.split("{", 1)[0]
+        if name in values:
+            values[name] += float(line.rsplit(" ", 1)[1])
+    return values["vllm:prefix_cache_hits_total"], values["vllm:prefix_cache_queries_total"]
+
+
+def _arm(engines: list[procs.Proc], gateway: procs.Proc, bodies: list[dict], rate: float) -> dict:
+    for e in engines:
+        _wait_idle(e.url)
+    before = [_counters(e.url) for e in engines]
+    results = asyncio.run(send_each_at_rate(gateway.url + "/v1/completions", bodies, rate, timeout_s=600))
+    for e in engines:
+        _wait_idle(e.url)
+    after = [_counters(e.url) for e in engines]
+    hits = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+    queries = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
+    ok = [r for r in results if r.status == 200]
+    ttft = [r.first_byte_at - r.sent_at for r in ok]
+    served = Counter(r.backend for r in ok)
+    return {"sent": len(results), "ok": len(ok), "hit": sum(hits) / sum(queries) if sum(queries) else 0.0,
+            "queries": sum(queries), "p50": _percentile(ttft, 0.5), "p99": _percentile(ttft, 0.99),
+            "req_spread": spread([served.get(e.url, 0) for e in engines]),
+            "prefill_spread": spread([q - h for q, h in zip(queries, hits, strict=True)])}
+
+
+def _start_engines(n: int, model: str, args: list[str], tmp: str) -> list[procs.Proc]:
+    def start(i: int) -> procs.Proc:
+        port = procs.free_port()
+        proc = procs.start(procs.FLOODWAY_ARGV + ["engine", "--model", model, "--host", "127.0.0.1", "--port",
+                                                  str(port), "--log-level", "warning", *args],
+                           port, timeout_s=300, log_path=os.path.join(tmp, f"engine-{i}.log"))
+        return proc
+
+    with ThreadPoolExecutor(n) as pool:
+        started = list(pool.map(start, range(n)))
+    return started
+
+
+def _start_gateway(engines: list[procs.Proc], prefix_aware: bool, tmp: str) -> procs.Proc:
+    port = procs.free_port()
+    path = os.path.join(tmp, f"gateway-{prefix_aware}.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump({"host": "127.0.0.1", "port": port, "scrape_interval_s": 0.2,
+                        "backends": {"static": [e.url for e in engines]},
+                        "routing": {"seed": 0, "prefix_aware": prefix_aware}}, f)
+    return procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", path, "--log-level", "warning"], port,
+                       timeout_s=60, log_path=os.path.join(tmp, f"gateway-{prefix_aware}.log"))
+
+
+def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, max_tokens: int, step_delay_ms: int,
+              max_num_batched_tokens: int, max_num_seqs: int, max_blocks: int, model: str,
+              traces: str | None = None) -> str:
+    if min(engines, conversations_n, kv_blocks, max_tokens, max_num_batched_tokens, max_num_seqs, max_blocks) < 1 \
+            or rate <= 0 or step_delay_ms < 0:
+        raise ValueError("counts and sizes must be >= 1, rate > 0, step delay >= 0")
+    with open_trace(resolve_trace("mooncake", traces)) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    shared = conversations(rows, conversations_n, max_blocks)
+    workloads = [("Mooncake-shaped", shared), ("no shared prefix", without_shared_prefixes(shared))]
+    words = _words()
+    engine_args = ["--num-kv-blocks", str(kv_blocks), "--step-delay-ms", str(step_delay_ms),
+                   "--max-num-batched-tokens", str(max_num_batched_tokens), "--max-num-seqs", str(max_num_seqs),
+                   "--max-waiting-requests", "0"]
+    rows_out = [f"routing bench: {engines} engines ({model}, {' '.join(engine_args)}), {len(shared)} requests "
+                f"({conversations_n} Mooncake conversations, blocks of {BLOCK_WORDS} tokens, at most {max_blocks} "
+                f"blocks), {rate:g} req/s open loop, max_tokens {max_tokens}, streamed",
+                f"{'workload':<17} {'router':<13} {'ok':>7} {'hit rate':>8} {'of bound':>8} {'TTFT p50':>9} "
+                f"{'TTFT p99':>9} {'req max/mean':>12} {'prefill max/mean':>16}"]
+    text_s, token_s = key_costs([render(ids, 0, words) for ids in shared])
+    rows_out.insert(0, f"prefix keys on the request path, CPU per request over these prompts: text blocks (ours) "
+                       f"{text_s * 1e6:.0f} us, tokenizer + token blocks {token_s * 1e6:.0f} us "
+                       f"({token_s / text_s:.1f}x)")
+    with tempfile.TemporaryDirectory(prefix="floodway-bench-routing-") as tmp:
+        started: list[procs.Proc] = []
+        try:
+            pool = _start_engines(engines, model, engine_args, tmp)
+            started += pool
+            served = httpx.get(pool[0].url + "/v1/models").json()["data"][0]["id"]
+            for e in pool:  # the first forward pass is slow (lazy initialisation): not inside a measured arm
+                httpx.post(e.url + "/v1/completions", timeout=300,
+                           json={"model": served, "prompt": "warm up", "max_tokens": 2})
+            gateways = {name: _start_gateway(pool, name == "prefix-aware", tmp) for name in ("load-only",
+                                                                                            "prefix-aware")}
+            started += gateways.values()
+            salt = 0
+            for w, (workload, requests) in enumerate(workloads):
+                order = ["load-only", "prefix-aware"] if w % 2 == 0 else ["prefix-aware", "load-only"]
+                results = {}
+                for router in order:
+                    salt += 1
+                    texts = [render(ids, salt, words) for ids in requests]
+                    bound_hits, bound_total = single_engine_bound(_token_ids(texts))
+                    bound = bound_hits / bound_total
+                    bodies = [{"model": served, "prompt": t, "max_tokens": max_tokens, "temperature": 0,
+                               "stream": True} for t in texts]
+                    r = results[router] = _arm(pool, gateways[router], bodies, rate)
+                    rows_out.append(
+                        f"{workload:<17} {router:<13} {r['ok']:>3}/{r['sent']:<3} {r['hit']:>8.1%} "
+                        f"{(r['hit'] / bound if bound else float('nan')):>8.1%} {r['p50'] * 1000:>7.0f}ms "
+                        f"{r['p99'] * 1000:>7.0f}ms {r['req_spread']:>12.2f} {r['prefill_spread']:>16.2f}"
+                        f"   (bound {bound:.1%}; tokens looked up {r['queries']:.0f}, prompts {bound_total})")
+                load, prefix = results["load-only"], results["prefix-aware"]
+                rows_out.append(f"{workload:<17} prefix-aware / load-only: TTFT p50 x{prefix['p50'] / load['p50']:.2f}"
+                                f", p99 x{prefix['p99'] / load['p99']:.2f}, hit rate x"
+                                f"{(prefix['hit'] / load['hit']) if load['hit'] else float('nan'):.2f}")
+        finally:
+            for proc in reversed(started):
+                proc.stop(grace_s=5)
+    return "\n".join(rows_out)
