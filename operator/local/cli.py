@@ -1,5 +1,6 @@
 """`floodway up [FILE]`: run an InferenceService on this machine."""
 
+import os
 import shutil
 import signal
 import sys
@@ -26,6 +27,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     ) -> None:
         """Run an InferenceService locally: engines, gateway and autoscaler, with the cluster's rules."""
         from floodway.operator import procs
+        from floodway.operator.local.cluster_only import local_spec
         from floodway.operator.local.manifest import DEFAULT_MANIFEST, build, overflow_key
         from floodway.operator.local.runner import LocalRunner, status_line
         from floodway.operator.planner.fit import spec_fit
@@ -42,12 +44,20 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             typer.echo(f"invalid InferenceService {file or '(built-in)'}:\n{e}", err=True)
             raise typer.Exit(2) from None
 
+        def prepare(overflow_url: str | None):
+            """The manifest as it runs here: cluster-only fields left out (see local/cluster_only.py)."""
+            obj = build(doc, overflow_url)
+            run = local_spec(obj.spec, os.environ)
+            return obj.model_copy(update={"spec": run.spec}), run.warnings
+
         try:  # every check before anything starts; the stand-in's real URL replaces this one below
-            obj = build(doc, "http://127.0.0.1:1/v1" if use_stand_in else None)
+            obj, warnings = prepare("http://127.0.0.1:1/v1" if use_stand_in else None)
             key = overflow_key(obj)
         except SpecError as e:
             typer.echo(f"cannot run {file or '(built-in)'} locally:\n{e}", err=True)
             raise typer.Exit(2) from None
+        for line in warnings:
+            typer.echo(f"warning: {line}", err=True)
         level, message = spec_fit(obj.spec)  # the same check as the operator's FitsGPU condition
         if level == "refuse":
             typer.echo(f"{file or '(built-in)'} cannot fit its GPUs: {message}", err=True)
@@ -70,7 +80,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 stand_in = procs.start([*procs.FLOODWAY_ARGV, "engine", "--model", model, "--host", "127.0.0.1",
                                         "--port", str(sport), "--served-model-name", served], sport, "/ready", 300.0,
                                        log_path=f"{work}/overflow-engine.log")
-                obj = build(doc, f"http://127.0.0.1:{stand_in.port}/v1")
+                obj, _ = prepare(f"http://127.0.0.1:{stand_in.port}/v1")
             runner = LocalRunner(obj, work, port, key, host, str(status_file) if status_file else None)
             typer.echo(f"starting {obj.spec.replicas.min} of {obj.spec.replicas.max} engine replica(s) of "
                        f"{obj.spec.model} and the gateway (logs in {work})")

@@ -26,17 +26,18 @@ class Slot:
 
 
 class EnginePool:
-    def __init__(self, ports: list[int], argv: Callable[[int], list[str]], log_dir: str, ready_path: str,
-                 start_timeout_s: float):
+    def __init__(self, ports: list[int], argv: Callable[[int], list[str]], env: dict[str, str], log_dir: str,
+                 ready_path: str, start_timeout_s: float, stop_grace_s: float):
         self.slots = [Slot(i, p) for i, p in enumerate(ports)]
-        self.argv, self.log_dir, self.ready_path, self.timeout = argv, log_dir, ready_path, start_timeout_s
+        self.argv, self.env, self.log_dir, self.ready_path = argv, env, log_dir, ready_path
+        self.timeout, self.grace = start_timeout_s, stop_grace_s
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []
         self.closing = False
 
     def _start(self, slot: Slot) -> None:
         try:
-            proc = procs.start(self.argv(slot.port), slot.port, self.ready_path, self.timeout,
+            proc = procs.start(self.argv(slot.port), slot.port, self.ready_path, self.timeout, env=self.env,
                                log_path=f"{self.log_dir}/engine-{slot.index}.log")
         except RuntimeError as e:
             with self.lock:
@@ -50,7 +51,7 @@ class EnginePool:
             self._stop(slot)
 
     def _stop(self, slot: Slot) -> None:
-        slot.proc.stop()
+        slot.proc.stop(self.grace)
         with self.lock:
             slot.state, slot.proc = "stopped", None
 
@@ -97,4 +98,4 @@ class EnginePool:
         for s in running:
             self._spawn(self._stop, s)
         for t in list(self.threads):
-            t.join(timeout=60)
+            t.join(timeout=self.grace + 5)

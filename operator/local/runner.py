@@ -10,12 +10,11 @@ from floodway.operator import procs
 from floodway.operator.controller.loop import first_state, step, tick_status
 from floodway.operator.controller.scrape import scrape
 from floodway.operator.controller.status import Observation, now_rfc3339
+from floodway.operator.local.cluster_only import engine_env
 from floodway.operator.local.pool import EnginePool
 from floodway.operator.render.engine import engine_args, ready_path
 from floodway.operator.render.gateway import API_KEY_ENV, gateway_config
 from floodway.operator.spec import InferenceService
-
-ENGINE_START_TIMEOUT_S = 300.0
 
 
 def status_line(name: str, status: dict) -> str:
@@ -40,8 +39,9 @@ class LocalRunner:
         self.status_file = status_file
         self.workdir.mkdir(parents=True, exist_ok=True)
         ports = [procs.free_port() for _ in range(self.spec.replicas.max)]
-        self.pool = EnginePool(ports, self._engine_argv, str(self.workdir), ready_path(self.spec),
-                               ENGINE_START_TIMEOUT_S)
+        e = self.spec.engine  # as in a pod: the startup probe's budget, then the termination grace period
+        self.pool = EnginePool(ports, self._engine_argv, engine_env(self.spec), str(self.workdir),
+                               ready_path(self.spec), e.startup_timeout_seconds, e.termination_grace_period_seconds)
         self.gateway: procs.Proc | None = None
         self.loop = first_state(None, self.spec)
         self.status: dict = {}

@@ -39,3 +39,16 @@ def test_missing_file(tmp_path, floodway_cmd):
     out = subprocess.run([*floodway_cmd, "up", str(tmp_path / "none.yaml")], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2 and "cannot read" in out.stderr
+
+
+def test_cluster_only_fields_are_named_before_anything_starts(tmp_path, floodway_cmd):
+    # the fit check refuses this spec right after the warnings, so nothing starts
+    doc = {**BASE, "spec": {**BASE["spec"], "resources": {"gpus": 1, "gpuMemoryGiB": 0.01, "nodeSelector": {"a": "b"}},
+                            "storage": {"cacheClaim": {"name": "cache"}}}}
+    path = tmp_path / "isvc.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = subprocess.run([*floodway_cmd, "up", str(path), "--workdir", str(tmp_path / "w")], capture_output=True,
+                         text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning: spec.")]
+    assert [w.split(":")[1].strip() for w in warnings] == ["spec.resources.nodeSelector", "spec.storage.cacheClaim"]
+    assert out.returncode == 2 and "cannot fit its GPUs" in out.stderr
