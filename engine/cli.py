@@ -51,10 +51,12 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                "CUDA, float32 on CPU), float32, bfloat16 or float16."),
         tpot_slo_ms: float = typer.Option(0.0, help="Also measure TPOT of decoding requests while long prompts "
                                                     "arrive, without and with this prefill budget (0: skip)."),
+        n: int = typer.Option(0, "--n", help="Also run the workload's first prompts as one request with n choices "
+                                             "each against n separate requests each (0: skip)."),
     ) -> None:
         """Our engine vs transformers sequential generate, a static padded batch and transformers' continuous
         batching, side by side on one workload; prints tokens/s, ratios, KV usage and prefix-cache hits."""
         from floodway.engine.bench.runner import run
 
         run(model, workload, num_requests, max_model_len, seq_requests,
-            [b for b in baselines.split(",") if b], profile_out, traces, threads, dtype, tpot_slo_ms)
+            [b for b in baselines.split(",") if b], profile_out, traces, threads, dtype, tpot_slo_ms, n)

@@ -12,7 +12,7 @@ KNOWN_BASELINES = ("sequential", "static", "continuous")
 
 def run(model: str, workload: str, num_requests: int | None, max_model_len: int, seq_requests: int,
         baselines: list[str], profile_out: str | None, traces: str | None, threads: int = 0,
-        dtype: str = "auto", tpot_slo_ms: float = 0.0) -> None:
+        dtype: str = "auto", tpot_slo_ms: float = 0.0, n: int = 0) -> None:
     unknown = [b for b in baselines if b not in KNOWN_BASELINES]
     if unknown:
         raise typer.BadParameter(f"unknown baseline(s) {unknown}; choose from {list(KNOWN_BASELINES)}")
@@ -54,6 +54,11 @@ def run(model: str, workload: str, num_requests: int | None, max_model_len: int,
         from floodway.engine.bench.interference import compare
 
         typer.echo(compare(engine, tpot_slo_ms))
+    if n > 1:
+        from floodway.engine.bench.parallel import compare as compare_n
+
+        k = max(1, len(wl.prompts) // n)  # as many sequences as the workload has requests
+        typer.echo(compare_n(engine, [len(p) for p in wl.prompts[:k]], wl.max_tokens[:k], n))
     if profile_out:
         prof = measure(engine, model)
         pathlib.Path(profile_out).write_text(json.dumps(prof, indent=2))
