@@ -23,6 +23,12 @@ FINISH_REASONS = {"stop", "length", "tool_calls", "content_filter", "function_ca
 def _document() -> dict:
     doc = json.loads(SCHEMAS.read_text())
     schemas = doc["components"]["schemas"]
+    # The spec's one gap found against OpenAI itself: with echo, the prompt's first token has no logprob, and
+    # OpenAI (as vLLM) sends null in token_logprobs and top_logprobs there; allow null entries in both.
+    logprobs = schemas["CreateCompletionResponse"]["properties"]["choices"]["items"]["properties"]["logprobs"]
+    for name in ("token_logprobs", "top_logprobs"):
+        items = logprobs["anyOf"][0]["properties"][name]["items"]
+        logprobs["anyOf"][0]["properties"][name]["items"] = {"anyOf": [items, {"type": "null"}]}
     stream = json.loads(json.dumps(schemas["CreateCompletionResponse"]))
     reason = stream["properties"]["choices"]["items"]["properties"]["finish_reason"]
     reason["type"], reason["enum"] = ["string", "null"], [*reason["enum"], None]
