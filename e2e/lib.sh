@@ -10,6 +10,11 @@ ENGINE_IMAGE=floodway/engine-cpu:$TAG
 OPERATOR_IMAGE=floodway/operator:$TAG
 LOCAL_PORT=${FLOODWAY_E2E_PORT:-18080}
 READY_TIMEOUT=${FLOODWAY_E2E_READY_TIMEOUT:-15m}
+# FLOODWAY_E2E_SMOLLM2=1 also serves the trained SmolLM2-135M-Instruct from a volume: the folder the engine's own
+# conversion writes into the host's Floodway cache (converted first if need be; needs the repo's venv: make setup),
+# mounted into the cluster's node at NODE_MODEL_DIR by the run script, then a hostPath PV (e2e/manifests/smollm2.yaml).
+SMOLLM2=${FLOODWAY_E2E_SMOLLM2:-0}
+NODE_MODEL_DIR=/floodway-models/smollm2-135m-instruct
 
 log() { echo "e2e: $*" >&2; }
 die() { echo "e2e: error: $*" >&2; exit 1; }
@@ -20,6 +25,11 @@ need() {
 }
 
 # The same Dockerfiles as e2e/images/build.sh, FROM python:3.11-slim (BASE_IMAGE: another CPython 3.11 base).
+smollm2_dir() {
+  "$REPO/.venv/bin/python" -P -c \
+    'from floodway.engine.models import builtin, smollm2; print(builtin.resolve_model(smollm2.NAME))'
+}
+
 build_images() {
   log "building $ENGINE_IMAGE and $OPERATOR_IMAGE"
   local base=(--build-arg "BASE_IMAGE=${BASE_IMAGE:-python:3.11-slim}")
@@ -47,20 +57,37 @@ apply_services() {
     kubectl -n "$NS" wait --for=condition=Ready "inferenceservice/$svc" --timeout="$READY_TIMEOUT" \
       || { kubectl -n "$NS" describe "inferenceservice/$svc"; kubectl -n "$NS" get pods -o wide; die "$svc not Ready"; }
   done
+  if [ "$SMOLLM2" = 1 ]; then
+    sed "s|NAMESPACE|$NS|g" "$REPO/e2e/manifests/smollm2.yaml" | kubectl apply -f -
+    kubectl -n "$NS" wait --for=condition=Ready inferenceservice/smollm2 --timeout="$READY_TIMEOUT" \
+      || { kubectl -n "$NS" describe inferenceservice/smollm2; kubectl -n "$NS" get pods -o wide; die "smollm2 not Ready"; }
+  fi
   kubectl -n "$NS" get inferenceservices
 }
 
-# Leaves a port-forward to the chat gateway (its Service is named like the InferenceService) running; the
+# Leaves a port-forward to a gateway (its Service is named like the InferenceService; default chat) running; the
 # caller's cleanup stops it.
-PORT_FORWARD_PID=""
-forward_gateway() {
-  kubectl -n "$NS" port-forward svc/chat "$LOCAL_PORT:80" > /dev/null 2>&1 &
-  PORT_FORWARD_PID=$!
+PORT_FORWARD_PIDS=()
+forward_gateway() {  # [service] [local port]
+  local svc=${1:-chat} port=${2:-$LOCAL_PORT}
+  kubectl -n "$NS" port-forward "svc/$svc" "$port:80" > /dev/null 2>&1 &
+  PORT_FORWARD_PIDS+=($!)
   for _ in $(seq 60); do  # poll with a deadline: 60 tries of 1 s
-    curl -sf "http://127.0.0.1:$LOCAL_PORT/health" > /dev/null && return 0
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null && return 0
     sleep 1
   done
-  die "the chat gateway did not answer on port $LOCAL_PORT"
+  die "the $svc gateway did not answer on port $port"
+}
+
+ask_smollm2() {
+  [ "$SMOLLM2" = 1 ] || return 0
+  local port=$((LOCAL_PORT + 1)) answer
+  forward_gateway smollm2 "$port"
+  answer=$(curl -sf "http://127.0.0.1:$port/v1/chat/completions" -H 'content-type: application/json' -d \
+    '{"model":"smollm2-135m-instruct","messages":[{"role":"user","content":"What is the capital of France?"}],
+      "max_tokens":32,"temperature":0}') || die "the smollm2 gateway refused the chat request"
+  grep -q Paris <<< "$answer" || die "SmolLM2 from the volume did not name Paris: $answer"
+  log "SmolLM2 from the volume answered: $answer"
 }
 
 desired_replicas() { kubectl -n "$NS" get inferenceservice chat -o 'jsonpath={.status.desiredReplicas}'; }
@@ -81,4 +108,4 @@ drive_traffic() {
   log "scaled up to $(desired_replicas) replicas"
 }
 
-stop_port_forward() { [ -z "$PORT_FORWARD_PID" ] || kill "$PORT_FORWARD_PID" 2> /dev/null || true; }
+stop_port_forward() { for pid in "${PORT_FORWARD_PIDS[@]}"; do kill "$pid" 2> /dev/null || true; done; }

@@ -14,7 +14,9 @@ trap cleanup EXIT
 
 need docker minikube kubectl helm python3 curl
 build_images
-minikube start --profile "$PROFILE" --driver=docker --cpus=4 --memory=8g --wait=all
+mount=()
+[ "$SMOLLM2" = 0 ] || mount=(--mount --mount-string "$(smollm2_dir):$NODE_MODEL_DIR")  # for a hostPath PV
+minikube start --profile "$PROFILE" --driver=docker --cpus=4 --memory=8g --wait=all "${mount[@]}"
 kubectl config use-context "$PROFILE"
 minikube image load --profile "$PROFILE" "$ENGINE_IMAGE"
 minikube image load --profile "$PROFILE" "$OPERATOR_IMAGE"
@@ -22,4 +24,5 @@ install_chart
 apply_services
 forward_gateway
 drive_traffic
+ask_smollm2
 log "minikube e2e passed"
