@@ -4,11 +4,12 @@ serving.py, the engine behind frontend.py and engine_loop.py, the state in state
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import threading
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from floodway.engine.server import errors, serving
+from floodway.engine.server import constraints, errors, serving, tools
 from floodway.engine.server.body_limit import BodyLimit
 from floodway.engine.server.errors import APIError
 from floodway.engine.server.frontend import Rejected
@@ -106,6 +107,8 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
     async def respond(body, request: Request, prompt_ids: list[int], params, what: str, prefix: str,
                       stream_fn, response_fn):
         """The tail both generation routes share: admit, then stream or collect."""
+        if params.structured is not None:  # compiled off the event loop (a large schema takes a while), then cached
+            await asyncio.to_thread(constraints.check_compiles, state.engine.grammars, body, params.structured)
         serving.check_request(state.engine, prompt_ids, params, what)
         rid, outputs = submit(prompt_ids, params, prefix)
         created = now_s()
@@ -132,8 +135,10 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         prompt_ids = await state.encoder.chat_ids(body)
         max_tokens = serving.chat_max_tokens(body, len(prompt_ids), state.engine.max_model_len)
         params = serving.sampling_params(body, max_tokens, body.logprobs)
+        mode = tools.mode_of(body)
         return await respond(body, request, prompt_ids, params, "messages", "chatcmpl",
-                             serving.chat_stream, serving.chat_response)
+                             functools.partial(serving.chat_stream, tool_mode=mode),
+                             functools.partial(serving.chat_response, tool_mode=mode))
 
     def model_card() -> ModelCard:
         max_len = state.engine.max_model_len if state.engine else None

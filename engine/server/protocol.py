@@ -1,7 +1,7 @@
 """OpenAI API request and response models (pydantic, torch-free: the gateway imports this module too).
 
 Requests accept the fields clients commonly send; unknown fields are ignored as the OpenAI API does, except
-those that would change the answer if honoured (`tools`, `response_format`, ...): they are refused, so that
+those that would change the answer if honoured (`functions`, completions' `tools`): they are refused, so that
 a request means the same here, behind the gateway and on its overflow API. Range checks live here (so
 errors name the field before anything is queued; the gateway runs the same models); cross-field checks
 that need the model (context length) happen in the server.
@@ -62,6 +62,36 @@ class StreamOptions(_Request):
     include_usage: StrictBool = False
 
 
+# ---- structured output: OpenAI's response_format and vLLM's structured_outputs ---------------------------
+
+class JsonSchemaFormat(_Request):
+    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: Text | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema", description="Absent: any JSON object.")
+    strict: StrictBool | None = Field(None, description="Outputs always follow the schema, strict or not.")
+
+
+class ResponseFormat(_Request):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self):
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs json_schema: {name, schema}")
+        return self
+
+
+class StructuredOutputs(_Request):
+    """vLLM's structured_outputs: one of these."""
+
+    json_: dict[str, Any] | Text | None = Field(None, alias="json")
+    regex: Text | None = None
+    choice: Annotated[list[Annotated[Text, Field(min_length=1)]], Field(min_length=1)] | None = None
+    grammar: Text | None = None
+    json_object: StrictBool | None = None
+
+
 class _SamplingFields(_Request):
     """Fields shared by both endpoints. `None` means the default."""
 
@@ -82,12 +112,14 @@ class _SamplingFields(_Request):
     user: Text | None = None
     tools: Unsupported = None
     functions: Unsupported = None
-    response_format: Unsupported = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
     logit_bias: Unsupported = None
-    guided_json: Unsupported = None
-    guided_regex: Unsupported = None
-    guided_choice: Unsupported = None
-    guided_grammar: Unsupported = None
+    guided_json: dict[str, Any] | Text | None = Field(None, description="vLLM: a JSON schema the output follows.")
+    guided_regex: Text | None = Field(None, description="vLLM: a regular expression the output matches.")
+    guided_choice: Annotated[list[Annotated[Text, Field(min_length=1)]], Field(min_length=1)] | None = Field(
+        None, description="vLLM: the output is one of these strings.")
+    guided_grammar: Text | None = Field(None, description="vLLM: an EBNF grammar (xgrammar's) the output follows.")
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -130,10 +162,49 @@ class TextPart(_Request):
     text: Text
 
 
+# ---- tools ---------------------------------------------------------------------------------------------
+
+FunctionName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class FunctionDefinition(_Request):
+    name: FunctionName
+    description: Text | None = None
+    parameters: dict[str, Any] | None = Field(None, description="JSON schema of the arguments; absent: none.")
+    strict: StrictBool | None = None
+
+
+class ToolDefinition(_Request):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Request):
+    name: FunctionName
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class FunctionCallIn(_Request):
+    name: Text
+    arguments: Text
+
+
+class ToolCallIn(_Request):
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextPart] | None = None
     name: Text | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an assistant's earlier calls
+    tool_call_id: Text | None = None  # a tool message answers this call
 
     def text(self) -> str:
         if self.content is None:
@@ -143,6 +214,21 @@ class ChatMessage(_Request):
 
 class ChatCompletionRequest(_SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    tools: Annotated[list[ToolDefinition], Field(max_length=128)] | None = Field(
+        None, description="Needs a model whose chat template supports tools.")
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _tool_choice_fits_tools(self):
+        names = {t.function.name for t in self.tools or []}
+        if len(names) < len(self.tools or []):
+            raise ValueError("tools: function names must be unique")
+        if self.tool_choice not in (None, "none") and not names:
+            raise ValueError("tool_choice needs tools")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
+            raise ValueError(f"tool_choice names {self.tool_choice.function.name!r}, which is not among the tools")
+        return self
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     logprobs: StrictBool = False
@@ -173,7 +259,7 @@ class Usage(BaseModel):
 
 # The spec's values only: a request the server interrupts ends with an error (status or stream event), not a
 # finish_reason strict clients cannot parse.
-FinishReason = Literal["stop", "length"] | None
+FinishReason = Literal["stop", "length", "tool_calls"] | None
 
 
 def _is_none(value) -> bool:
@@ -221,9 +307,33 @@ class ChatLogprobs(BaseModel):
     refusal: list[TokenLogprob] | None = None  # required by the spec, null allowed: this server never refuses
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class DeltaFunctionCall(BaseModel):
+    name: str | None = Field(None, exclude_if=_is_none)  # in a call's first delta only
+    arguments: str | None = Field(None, exclude_if=_is_none)
+
+
+class DeltaToolCall(BaseModel):
+    index: int
+    id: str | None = Field(None, exclude_if=_is_none)
+    type: Literal["function"] | None = Field(None, exclude_if=_is_none)
+    function: DeltaFunctionCall | None = Field(None, exclude_if=_is_none)
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None  # null when the answer is tool calls only
+    tool_calls: list[ToolCall] | None = Field(None, exclude_if=_is_none)
     refusal: str | None = None  # required by the spec, null allowed
 
 
@@ -244,6 +354,7 @@ class DeltaMessage(BaseModel):
     # Omitted, not null, after a choice's first chunk, as OpenAI streams it (the spec's enum has no null).
     role: Literal["assistant"] | None = Field(None, exclude_if=_is_none)
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = Field(None, exclude_if=_is_none)
 
 
 class ChatChunkChoice(BaseModel):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from floodway.engine.outputs import final_choices
 from floodway.engine.sampling_params import SamplingParams
+from floodway.engine.server import constraints, tools
 from floodway.engine.server.errors import APIError, bad_request, param_of
 from floodway.engine.server.protocol import (
     AssistantMessage,
@@ -52,9 +53,10 @@ def completion_prompt_ids(req: CompletionRequest, tokenizer, vocab_size: int) ->
 
 
 def chat_prompt_ids(req: ChatCompletionRequest, tokenizer) -> list[int]:
-    messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+    messages = [tools.template_message(m) for m in req.messages]
+    extra = tools.template_kwargs(req, tokenizer)
     try:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **extra)
     except Exception as e:  # noqa: BLE001 - a template may reject a conversation (roles, order)
         raise bad_request(f"messages could not be rendered by the chat template: {e}", "messages") from e
     return tokenizer.encode(text, add_special_tokens=False)
@@ -67,7 +69,8 @@ def sampling_params(req, max_tokens: int, logprobs: bool) -> SamplingParams:
         top_p=1.0 if req.top_p is None else float(req.top_p),
         top_k=0 if req.top_k is None else req.top_k,
         seed=req.seed, stop=req.stop_list(), stop_token_ids=list(req.stop_token_ids or []),
-        ignore_eos=req.ignore_eos, logprobs=logprobs, n=req.n, best_of=getattr(req, "best_of", None))
+        ignore_eos=req.ignore_eos, logprobs=logprobs, n=req.n, best_of=getattr(req, "best_of", None),
+        structured=constraints.structured_spec(req))
     try:
         params.validate()
     except ValueError as e:
@@ -188,12 +191,15 @@ def completion_response(rid: str, model: str, created: int, g: Gathered, tokeniz
                               usage=g.usage())
 
 
-def chat_response(rid: str, model: str, created: int, g: Gathered, tokenizer, logprobs: bool):
+def chat_response(rid: str, model: str, created: int, g: Gathered, tokenizer, logprobs: bool,
+                  tool_mode: tools.ToolMode | None = None):
     def choice(c: Collected) -> ChatChoice:
         shown = len(c.token_ids) - c.hidden_tail
         lp = chat_logprobs(tokenizer, c.token_ids[:shown], c.logprobs[:shown]) if logprobs else None
-        return ChatChoice(index=c.index, message=AssistantMessage(content=c.text), logprobs=lp,
-                          finish_reason=c.finish_reason)
+        content, calls = (c.text, []) if tool_mode is None else tools.parse(tool_mode, c.text)
+        message = AssistantMessage(content=content, tool_calls=calls or None)
+        return ChatChoice(index=c.index, message=message, logprobs=lp,
+                          finish_reason="tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason)
 
     return ChatCompletionResponse(id=rid, created=created, model=model, choices=[choice(c) for c in g.choices()],
                                   usage=g.usage())
@@ -260,15 +266,24 @@ def completion_stream(outputs: AsyncIterator, rid: str, model: str, created: int
 
 
 def chat_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
-                logprobs: bool, include_usage: bool) -> AsyncIterator[str]:
+                logprobs: bool, include_usage: bool, tool_mode: tools.ToolMode | None = None) -> AsyncIterator[str]:
+    tool_streams: dict[int, tools.ToolStream] = {}  # per choice, when the output is read for tool calls
+
     def chunk(choices, usage=None) -> str:
         return sse(ChatCompletionChunk(id=rid, created=created, model=model, choices=choices, usage=usage))
 
     def event(out) -> str:
         shown = len(out.new_token_ids) - hidden_stop_token(out)
         lp = chat_logprobs(tokenizer, out.new_token_ids[:shown], (out.new_logprobs or [])[:shown]) if logprobs else None
-        delta = DeltaMessage(content=out.new_text)
-        return chunk([ChatChunkChoice(index=out.index, delta=delta, logprobs=lp, finish_reason=out.finish_reason)])
+        delta, finish = DeltaMessage(content=out.new_text), out.finish_reason
+        if tool_mode is not None:
+            ts = tool_streams.setdefault(out.index, tools.ToolStream(tool_mode))
+            content, calls = ts.feed(out.new_text, finish is not None)
+            if not content and not calls and finish is None:
+                return ""  # held back: it may be the start of a tool call
+            delta = DeltaMessage(content=content or None, tool_calls=calls or None)
+            finish = "tool_calls" if ts.calls and finish == "stop" else finish
+        return chunk([ChatChunkChoice(index=out.index, delta=delta, logprobs=lp, finish_reason=finish)])
 
     def opening(index: int) -> str:
         return chunk([ChatChunkChoice(index=index, delta=DeltaMessage(role="assistant", content=""))])
