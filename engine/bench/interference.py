@@ -27,7 +27,7 @@ def run_once(engine, tpot_slo_ms: float, decoders: int, decode_tokens: int, long
     for i in range(decoders):
         engine.add_request(f"dec-{i}", [rng.randrange(4, vocab) for _ in range(16)],
                            SamplingParams(max_tokens=decode_tokens, ignore_eos=True))
-    while any(not r.output_token_ids for r in engine.requests.values()):
+    while any(not r.output_token_ids for seqs in engine.requests.values() for r in seqs):
         engine.step()
     done, step, sent, last, gaps = {}, 0, 0, {}, []
     while engine.has_unfinished_requests():

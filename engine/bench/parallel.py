@@ -10,7 +10,7 @@ prefix-cache hits: n > 1 computes each prompt once) and preemptions.
 
 import random
 
-from floodway.engine.bench.systems import _Clock
+from floodway.engine.bench.systems import Clock
 from floodway.engine.sampling_params import SamplingParams
 
 
@@ -18,7 +18,7 @@ def run_once(engine, lengths: list[int], max_tokens: list[int], n: int, together
     rng = random.Random(tag)
     prompts = [[rng.randrange(4, engine.runner.vocab_size) for _ in range(m)] for m in lengths]
     before = engine.stats()
-    clock = _Clock()
+    clock = Clock()
     for i, (p, k) in enumerate(zip(prompts, max_tokens, strict=True)):
         if together:
             engine.add_request(f"{tag}-{i}", p, SamplingParams(max_tokens=k, n=n, seed=i, ignore_eos=True))

@@ -27,7 +27,7 @@ class RunResult:
         return self.output_tokens / self.cpu_seconds if self.cpu_seconds and not self.error else 0.0
 
 
-class _Clock:
+class Clock:
     """Wall and process CPU seconds since creation."""
 
     def __init__(self):
@@ -49,7 +49,7 @@ def run_ours(engine, wl: Workload) -> RunResult:
 
     bs = engine.config.block_size
     peak = dict(blocks=0, utilization=0.0, running=0, live_tokens=0)
-    clock = _Clock()
+    clock = Clock()
     for i, (p, n) in enumerate(zip(wl.prompts, wl.max_tokens, strict=True)):
         engine.add_request(f"bench-{i}", p, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
     tokens = 0
@@ -79,7 +79,7 @@ def run_hf_sequential(model, wl: Workload, limit: int) -> RunResult:
     import torch
 
     n = min(limit, len(wl.prompts))
-    clock = _Clock()
+    clock = Clock()
     with _bar(n, "transformers sequential") as bar:
         for p, k in zip(wl.prompts[:n], wl.max_tokens[:n], strict=True):
             model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
@@ -97,7 +97,7 @@ def run_hf_static(model, wl: Workload, pad_id: int) -> RunResult:
     ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in wl.prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in wl.prompts])
     k = max(wl.max_tokens)
-    clock = _Clock()
+    clock = Clock()
     with _bar(len(wl.prompts), "transformers static batch") as bar:
         model.generate(ids, attention_mask=mask, max_new_tokens=k, min_new_tokens=k, do_sample=False,
                        pad_token_id=pad_id)
@@ -118,7 +118,7 @@ def run_hf_continuous(model, wl: Workload, max_batch_tokens: int) -> RunResult:
     try:
         with model.continuous_batching_context_manager(generation_config=gc, continuous_batching_config=cbc,
                                                        block=True, timeout=5) as mgr:
-            clock = _Clock()
+            clock = Clock()
             ids = [mgr.add_request(p, max_new_tokens=k, eos_token_id=[])
                    for p, k in zip(wl.prompts, wl.max_tokens, strict=True)]
             done, tokens = set(), 0
