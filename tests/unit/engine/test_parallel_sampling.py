@@ -2,6 +2,7 @@
 partial block is copied on first write; preemption, prefix caching and aborts stay correct (tiny model)."""
 
 import pytest
+import torch
 from floodway.engine.kv_manager import cdiv
 from floodway.engine.sampling_params import SamplingParams
 
@@ -42,6 +43,14 @@ def test_prompt_blocks_are_shared_and_the_partial_block_copied_on_first_write(cl
     assert len({tuple(t[:2]) for t in tables}) == 1  # full prompt blocks still shared
     assert len({t[2] for t in tables}) == 8  # the partial one now private to each
     assert _used(clean_engine) == len(PROMPT) // bs + 8
+    # Each private block holds the prompt's K/V copied from the shared one, then its own token's.
+    prompt_tail = len(PROMPT) % bs
+    for cache in (clean_engine.runner.k_caches[0], clean_engine.runner.v_caches[-1]):
+        tails = [cache[t[2]] for t in tables]
+        assert all(torch.equal(tail[:prompt_tail], tails[0][:prompt_tail]) for tail in tails)
+        assert tails[0][:prompt_tail].abs().sum() > 0
+        firsts = {seq.output_token_ids[0] for seq in clean_engine.requests["n8"]}
+        assert len({tuple(tail[prompt_tail].flatten().tolist()) for tail in tails}) == len(firsts)
     while clean_engine.has_unfinished_requests():
         clean_engine.step()
 
@@ -74,9 +83,11 @@ def test_seeded_choices_are_reproducible_and_differ(run_to_end, clean_engine):
     first = choices("a")
     assert first == choices("b")
     assert len({tuple(c) for c in first}) == 4
-    # Choice i draws from seed + i, the same stream a single request with that seed gets.
-    clean_engine.add_request("one", PROMPT, SamplingParams(max_tokens=12, **{**SAMPLED, "seed": 9}))
-    assert run_to_end(clean_engine)["one"][-1].output_token_ids == first[2]
+    # Choice i draws from seed + i, the same stream a single request with that seed gets; equal outputs also
+    # show each choice attended over its own tokens in the partial block they shared (copy-on-write).
+    for i in range(4):
+        clean_engine.add_request(f"one-{i}", PROMPT, SamplingParams(max_tokens=12, **{**SAMPLED, "seed": 7 + i}))
+        assert run_to_end(clean_engine)[f"one-{i}"][-1].output_token_ids == first[i]
 
 
 def test_greedy_choices_are_identical_to_n1(run_to_end, clean_engine):
