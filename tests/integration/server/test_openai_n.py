@@ -107,3 +107,14 @@ def test_client_gone_mid_stream_frees_every_choice_s_blocks(engine_server, wait_
                      and s["stats"]["num_free_blocks"] == s["stats"]["num_total_blocks"] and s, 30,
                      "every block free after the client went away")
     assert stats["stats"]["num_running"] == 0 and stats["stats"]["num_waiting"] == 0
+
+
+def test_client_gone_before_the_answer_frees_every_choice_s_blocks(engine_server, wait_for, engine_debug):
+    url = engine_server.url
+    body = {"prompt": "Tell me everything.", "max_tokens": 200, "n": 4, "ignore_eos": True}
+    with httpx.Client(base_url=url) as c, pytest.raises(httpx.ReadTimeout):  # gives up long before the end
+        c.post("/v1/completions", json=body, timeout=httpx.Timeout(30, read=0.5))
+    stats = wait_for(lambda: (s := engine_debug(url))["inflight"] == 0
+                     and s["stats"]["num_free_blocks"] == s["stats"]["num_total_blocks"] and s, 30,
+                     "every block free after the client went away")
+    assert stats["stats"]["num_running"] == 0 and stats["stats"]["num_waiting"] == 0
