@@ -2,12 +2,11 @@
 logits rows of the sequences that have one to the tokens their grammar allows next.
 
 The library is xgrammar, picked by measured per-token cost on the batched CPU path with SmolLM2's tokenizer
-(vocabulary 49152, batch of 8 sequences following a JSON schema, best of 5 rounds, bitmask applied the same
-way for all; see README "Structured output"): filling the next-token mask and advancing the state cost
-xgrammar about 26 us per token, llguidance about 50 us (45 us with its parallel executor), outlines-core
-about 350 us (its advance step dominates). llguidance compiles a new schema faster (it builds lazily: about
-0.5 ms against xgrammar's 5 ms for this schema), which the compile cache here makes a once-per-schema cost,
-while the mask cost is paid on every token. xgrammar imports no triton (the CPU image drops it).
+(vocabulary 49152; `python -P -m floodway.engine.bench.grammar_libs`, figures in the README): filling the
+next-token masks and advancing the states of a batch following a JSON schema cost xgrammar the least of the three
+in every run (15-26 us per token), llguidance 2-13x that, outlines-core 14-160x (its advance dominates).
+llguidance builds a new schema's grammar faster (lazily), a once-per-schema cost that the compile cache here
+pays once, while the mask is paid on every token. xgrammar needs no triton at run time (the CPU image drops it).
 """
 
 import json
@@ -35,11 +34,10 @@ class Grammars:
         spec.validate()
         c, text = self._compiler, spec.payload_text()
         try:
-            if spec.kind == "json_object":
-                return c.compile_builtin_json_grammar()
-            if spec.kind == "json_schema":
-                # Compact separators: free whitespace lets a small model loop on newlines forever.
-                return c.compile_json_schema(text, any_whitespace=False, strict_mode=True)
+            if spec.kind in ("json_object", "json_schema"):
+                # Compact separators: free whitespace lets a small model loop on newlines and indents.
+                return c.compile_json_schema(text if spec.kind == "json_schema" else '{"type": "object"}',
+                                             any_whitespace=False, strict_mode=True)
             if spec.kind == "regex":
                 return c.compile_regex(text)
             if spec.kind == "choice":
