@@ -60,13 +60,15 @@ def validation_error(errors: list[dict]) -> APIError:
         return bad_request(f"Invalid JSON body: {detail}".rstrip(": "), code="invalid_json")
     if not errors:
         return bad_request("Invalid request")
-    param = loc_to_param(errors[0].get("loc", ()))
+    located = loc_to_param(errors[0].get("loc", ()))
     msgs = []
     # Our own checks (value_error) say most; in a union they come first, without pydantic's prefix.
     for e in sorted(errors, key=lambda e: e.get("type") != "value_error"):
         msg = str(e.get("msg")).removeprefix("Value error, ")
-        if loc_to_param(e.get("loc", ())) == param and msg not in msgs:
+        if loc_to_param(e.get("loc", ())) == located and msg not in msgs:
             msgs.append(msg)
+    # A check across fields has no location: its message names the field first.
+    param = located or (param_of(msgs[0]) if msgs and errors[0].get("type") == "value_error" else None)
     where = f"'{param}'" if param else "the request body"
     return bad_request(f"Invalid value for {where}: {'; or '.join(msgs[:3])}", param=param, code="invalid_value")
 

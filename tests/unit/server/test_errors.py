@@ -45,3 +45,10 @@ def test_error_body_is_openai_shaped():
     assert resp.status_code == 400
     assert body == {"error": {"message": "Invalid value for 'prompt': Field required",
                               "type": "invalid_request_error", "param": "prompt", "code": "invalid_value"}}
+
+
+def test_a_check_across_fields_names_the_field_its_message_starts_with():
+    e = validation_error([{"type": "value_error", "loc": ("body",), "msg": "Value error, max_tokens 0 needs echo"}])
+    assert e.param == "max_tokens" and e.message == "Invalid value for 'max_tokens': max_tokens 0 needs echo"
+    e = validation_error([{"type": "value_error", "loc": ("body",), "msg": "Value error, tools: names repeat"}])
+    assert e.param is None and "tools: names repeat" in e.message
