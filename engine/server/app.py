@@ -111,22 +111,25 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
             await asyncio.to_thread(constraints.check_compiles, state.engine.grammars, body, params.structured)
         serving.check_request(state.engine, prompt_ids, params, what)
         rid, outputs = submit(prompt_ids, params, prefix)
-        created = now_s()
+        created, logprobs = now_s(), params.logprobs is not None
         if body.stream:
             usage = bool(body.stream_options and body.stream_options.include_usage)
-            stream = stream_fn(outputs, rid, state.served_model, created, state.tokenizer, params.logprobs, usage)
+            stream = stream_fn(outputs, rid, state.served_model, created, state.tokenizer, logprobs, usage)
             return _ClosingStream(stream, outputs, media_type="text/event-stream", headers=SSE_HEADERS)
         c = await _collect_unless_disconnected(request, outputs, params.n)
-        return response_fn(rid, state.served_model, created, c, state.tokenizer, params.logprobs)
+        return response_fn(rid, state.served_model, created, c, state.tokenizer, logprobs)
 
     @app.post("/v1/completions", response_model=CompletionResponse, responses=ERRORS)
     async def completions(body: CompletionRequest, request: Request):
         state.require_serving()
         serving.check_model(body.model, state.served_model)
         prompt_ids = await state.encoder.completion_ids(body)
-        params = serving.sampling_params(body, body.max_tokens or 16, body.logprobs is not None)
+        max_tokens = 16 if body.max_tokens is None else body.max_tokens
+        params = serving.sampling_params(body, max_tokens, body.logprobs, body.logprobs if body.echo else None)
+        echo = serving.echo_text(body, prompt_ids, state.tokenizer)
         return await respond(body, request, prompt_ids, params, "prompt", "cmpl",
-                             serving.completion_stream, serving.completion_response)
+                             functools.partial(serving.completion_stream, echo=echo),
+                             functools.partial(serving.completion_response, echo=echo))
 
     @app.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERRORS)
     async def chat_completions(body: ChatCompletionRequest, request: Request):
@@ -134,7 +137,7 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         serving.check_model(body.model, state.served_model)
         prompt_ids = await state.encoder.chat_ids(body)
         max_tokens = serving.chat_max_tokens(body, len(prompt_ids), state.engine.max_model_len)
-        params = serving.sampling_params(body, max_tokens, body.logprobs)
+        params = serving.sampling_params(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None)
         mode = tools.mode_of(body)
         return await respond(body, request, prompt_ids, params, "messages", "chatcmpl",
                              functools.partial(serving.chat_stream, tool_mode=mode),

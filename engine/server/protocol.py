@@ -11,10 +11,20 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 MAX_CHOICES = 128  # n and best_of, as the OpenAI API caps n
-ONLY_ZERO = "Penalties are not implemented: only 0 (or null) is accepted."
 
 
 def _valid_unicode(text: str) -> str:
@@ -35,23 +45,11 @@ def _absent(value):
     return value
 
 
-def _not_true(name: str):
-    def check(value: bool) -> bool:
-        if value:
-            raise ValueError(f"{name}=true is not supported")
-        return value
-    return check
-
-
-def _no_alternatives(value: int | None) -> int | None:
-    if value:
-        raise ValueError(f"{value} alternatives per token are not returned by this server; use 0 or null (the "
-                         "sampled token's logprob comes with logprobs)")
-    return value
-
-
 # Fields that would change the answer if honoured: refused (unless null or empty), never silently dropped.
 Unsupported = Annotated[Any, AfterValidator(_absent), Field(description="Not supported: absent, null or empty.")]
+Penalty = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2, le=2)]
+TokenIdKey = Annotated[str, Field(pattern=r"^[0-9]{1,9}$", description="A token id, in decimal.")]
+MAX_LOGIT_BIAS = 1024  # entries: bounds the per-step work one request adds
 
 
 class _Request(BaseModel):
@@ -107,14 +105,22 @@ class _SamplingFields(_Request):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
-    presence_penalty: Annotated[float, Field(strict=True, ge=0, le=0)] | None = Field(None, description=ONLY_ZERO)
-    frequency_penalty: Annotated[float, Field(strict=True, ge=0, le=0)] | None = Field(None, description=ONLY_ZERO)
+    presence_penalty: Penalty | None = Field(None, description="Subtracted from the logit of every token already "
+                                             "in the output (OpenAI's formula).")
+    frequency_penalty: Penalty | None = Field(None, description="Times its count in the output, subtracted from "
+                                              "each token's logit (OpenAI's formula).")
+    repetition_penalty: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)] | None = Field(
+        None, description="vLLM extra: logits of tokens in the prompt or output divided by it (multiplied if <= 0).")
+    logit_bias: Annotated[dict[TokenIdKey, Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-100, le=100)]],
+                          Field(max_length=MAX_LOGIT_BIAS)] | None = Field(
+        None, description="Token id (a string) -> bias in [-100, 100] added to its logit before sampling.")
+    min_tokens: Annotated[StrictInt, Field(ge=0)] | None = Field(
+        None, description="vLLM extra: EOS, stop token ids and stop strings are ignored until this many tokens.")
     user: Text | None = None
     tools: Unsupported = None
     functions: Unsupported = None
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
-    logit_bias: Unsupported = None
     guided_json: dict[str, Any] | Text | None = Field(None, description="vLLM: a JSON schema the output follows.")
     guided_regex: Text | None = Field(None, description="vLLM: a regular expression the output matches.")
     guided_choice: Annotated[list[Annotated[Text, Field(min_length=1)]], Field(min_length=1)] | None = Field(
@@ -135,13 +141,14 @@ class CompletionRequest(_SamplingFields):
         | Annotated[list[TokenIds], Field(min_length=1, max_length=1)] = Field(
             ..., description="One prompt: text or token ids (a batch of exactly one is accepted).")
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16
-    logprobs: Annotated[StrictInt, Field(ge=0, le=5), AfterValidator(_no_alternatives)] | None = Field(
-        None, description="0: the sampled token's logprob; alternatives (1-5) are not supported yet.")
+    logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = Field(
+        None, description="The sampled token's logprob and the N most likely alternatives (of the model's raw "
+        "distribution, before temperature, penalties and bias).")
     best_of: Annotated[StrictInt, Field(ge=1, le=MAX_CHOICES)] | None = Field(
         None, description="Completions generated (>= n); the n with the highest cumulative logprob are returned. "
         "Not with stream unless equal to n.")
-    echo: Annotated[StrictBool, AfterValidator(_not_true("echo"))] = Field(
-        False, description="Only false is supported.")
+    echo: StrictBool = Field(False, description="The prompt is returned before the completion (with its logprobs "
+                             "when logprobs is set; the first token has none).")
     suffix: None = Field(None, description="Not supported; must be absent or null.")
 
     @model_validator(mode="after")
@@ -232,8 +239,15 @@ class ChatCompletionRequest(_SamplingFields):
     max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     logprobs: StrictBool = False
-    top_logprobs: Annotated[StrictInt, Field(ge=0, le=20), AfterValidator(_no_alternatives)] | None = Field(
-        None, description="0 or null: alternatives per token are not supported yet.")
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = Field(
+        None, description="The N most likely alternatives per token (needs logprobs: true).")
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _needs_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
+        return value
 
 
 # ---- responses ----------------------------------------------------------------------------------------
@@ -277,8 +291,8 @@ class _CompletionObject(BaseModel):
 
 class CompletionLogprobs(BaseModel):
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]] | None
+    token_logprobs: list[float | None]  # with echo, the prompt's first token has none (null, as OpenAI sends)
+    top_logprobs: list[dict[str, float] | None] | None
     text_offset: list[int]
 
 
@@ -295,11 +309,14 @@ class CompletionResponse(_CompletionObject):
     usage: Usage | None = Field(None, exclude_if=_is_none)  # omitted from stream chunks: the spec has no null
 
 
-class TokenLogprob(BaseModel):
+class TopLogprob(BaseModel):
     token: str
     logprob: float
     bytes: list[int] | None = None
-    top_logprobs: list[dict[str, Any]] = []
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob] = []
 
 
 class ChatLogprobs(BaseModel):

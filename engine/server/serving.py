@@ -4,6 +4,7 @@ Everything here is synchronous and side-effect free except tokenization; the rou
 to the engine front end.
 """
 
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from floodway.engine.server.protocol import (
     ErrorResponse,
     PromptTokensDetails,
     TokenLogprob,
+    TopLogprob,
     Usage,
 )
 
@@ -52,6 +54,14 @@ def completion_prompt_ids(req: CompletionRequest, tokenizer, vocab_size: int) ->
     return ids
 
 
+def echo_text(req: CompletionRequest, prompt_ids: list[int], tokenizer) -> str | None:
+    """The prompt's text when echo is asked (token-id prompts decoded), else None."""
+    if not req.echo:
+        return None
+    prompt = req.single_prompt()
+    return prompt if isinstance(prompt, str) else tokenizer.decode(prompt_ids)
+
+
 def chat_prompt_ids(req: ChatCompletionRequest, tokenizer) -> list[int]:
     messages = [tools.template_message(m) for m in req.messages]
     extra = tools.template_kwargs(req, tokenizer)
@@ -62,14 +72,19 @@ def chat_prompt_ids(req: ChatCompletionRequest, tokenizer) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def sampling_params(req, max_tokens: int, logprobs: bool) -> SamplingParams:
+def sampling_params(req, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None = None) -> SamplingParams:
+    """logprobs: None (none), 0 (the chosen token's) or N (plus N alternatives); prompt_logprobs the same for echo."""
     params = SamplingParams(
         max_tokens=max_tokens,
         temperature=1.0 if req.temperature is None else float(req.temperature),
         top_p=1.0 if req.top_p is None else float(req.top_p),
         top_k=0 if req.top_k is None else req.top_k,
         seed=req.seed, stop=req.stop_list(), stop_token_ids=list(req.stop_token_ids or []),
-        ignore_eos=req.ignore_eos, logprobs=logprobs, n=req.n, best_of=getattr(req, "best_of", None),
+        ignore_eos=req.ignore_eos, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+        presence_penalty=float(req.presence_penalty or 0), frequency_penalty=float(req.frequency_penalty or 0),
+        repetition_penalty=1.0 if req.repetition_penalty is None else float(req.repetition_penalty),
+        logit_bias={int(t): float(b) for t, b in (req.logit_bias or {}).items()}, min_tokens=req.min_tokens or 0,
+        n=req.n, best_of=getattr(req, "best_of", None),
         structured=constraints.structured_spec(req))
     try:
         params.validate()
@@ -126,6 +141,10 @@ class Collected:
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, float] | None] = field(default_factory=list)  # per token, when N > 0 was asked
+    prompt_token_ids: list[int] = field(default_factory=list)
+    prompt_logprobs: list[float | None] | None = None  # per prompt token (echo with logprobs)
+    prompt_top_logprobs: list[dict[int, float] | None] | None = None
     finish_reason: str | None = None
     hidden_tail: int = 0  # trailing tokens not in `text` (the end-of-turn token), left out of chat logprobs
     index: int = 0
@@ -137,6 +156,9 @@ class Collected:
         self.prompt_tokens, self.cached_tokens = len(out.prompt_token_ids), out.num_cached_tokens
         self.text, self.token_ids = out.text, list(out.output_token_ids)
         self.logprobs.extend(out.new_logprobs or [])
+        self.top_logprobs.extend(out.new_top_logprobs or [None] * len(out.new_logprobs or []))
+        self.prompt_token_ids = out.prompt_token_ids
+        self.prompt_logprobs, self.prompt_top_logprobs = out.prompt_logprobs, out.prompt_top_logprobs
         self.finish_reason = out.finish_reason
         self.hidden_tail = int(hidden_stop_token(out))
         self.index, self.cumulative_logprob = out.index, out.cumulative_logprob
@@ -167,25 +189,47 @@ def token_strings(tokenizer, ids: list[int]) -> list[str]:
     return [tokenizer.decode([t]) for t in ids]
 
 
-def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float], start: int = 0) -> CompletionLogprobs:
+def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float | None],
+                        tops: list[dict[int, float] | None], start: int = 0) -> CompletionLogprobs:
+    """Each token's top_logprobs: its alternatives and itself, by text (as vLLM); null where its logprob is
+    (the echoed prompt's first token)."""
     tokens = token_strings(tokenizer, ids)
     offsets, pos = [], start
     for t in tokens:
         offsets.append(pos)
         pos += len(t)
-    top = [{t: lp} for t, lp in zip(tokens, logprobs, strict=False)]  # only the chosen token is known
+    top = [None if lp is None else {**{tokenizer.decode([a]): v for a, v in (alt or {}).items()}, t: lp}
+           for t, lp, alt in zip(tokens, logprobs, tops, strict=False)]
     return CompletionLogprobs(tokens=tokens, token_logprobs=list(logprobs), top_logprobs=top, text_offset=offsets)
 
 
-def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float]) -> ChatLogprobs:
-    return ChatLogprobs(content=[TokenLogprob(token=t, logprob=lp, bytes=list(t.encode()), top_logprobs=[])
-                                 for t, lp in zip(token_strings(tokenizer, ids), logprobs, strict=False)])
+def echo_logprobs(src, ids: list[int], logprobs: list[float], tops: list) -> tuple[list, list, list]:
+    """The prompt's tokens, logprobs and alternatives (of src, a RequestOutput or Collected) before these (echo)."""
+    return src.prompt_token_ids + ids, src.prompt_logprobs + logprobs, src.prompt_top_logprobs + tops
 
 
-def completion_response(rid: str, model: str, created: int, g: Gathered, tokenizer, logprobs: bool):
+def _top(tokenizer, alternatives: dict[int, float] | None) -> list[TopLogprob]:
+    named = ((tokenizer.decode([a]), v) for a, v in (alternatives or {}).items())
+    return [TopLogprob(token=t, logprob=v, bytes=list(t.encode())) for t, v in named]
+
+
+def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float],
+                  tops: list[dict[int, float] | None]) -> ChatLogprobs:
+    return ChatLogprobs(content=[
+        TokenLogprob(token=t, logprob=lp, bytes=list(t.encode()), top_logprobs=_top(tokenizer, alt))
+        for t, lp, alt in zip(token_strings(tokenizer, ids), logprobs, tops, strict=False)])
+
+
+def completion_response(rid: str, model: str, created: int, g: Gathered, tokenizer, logprobs: bool,
+                        echo: str | None = None):
+    """echo: the prompt's text, returned before each choice's (with its logprobs when logprobs)."""
     def choice(c: Collected) -> CompletionChoice:
-        lp = completion_logprobs(tokenizer, c.token_ids, c.logprobs) if logprobs else None
-        return CompletionChoice(index=c.index, text=c.text, logprobs=lp, finish_reason=c.finish_reason)
+        lp = None
+        if logprobs:
+            picked = (c.token_ids, c.logprobs, c.top_logprobs)
+            lp = completion_logprobs(tokenizer, *(echo_logprobs(c, *picked) if echo is not None else picked))
+        text = c.text if echo is None else echo + c.text
+        return CompletionChoice(index=c.index, text=text, logprobs=lp, finish_reason=c.finish_reason)
 
     return CompletionResponse(id=rid, created=created, model=model, choices=[choice(c) for c in g.choices()],
                               usage=g.usage())
@@ -195,7 +239,8 @@ def chat_response(rid: str, model: str, created: int, g: Gathered, tokenizer, lo
                   tool_mode: tools.ToolMode | None = None):
     def choice(c: Collected) -> ChatChoice:
         shown = len(c.token_ids) - c.hidden_tail
-        lp = chat_logprobs(tokenizer, c.token_ids[:shown], c.logprobs[:shown]) if logprobs else None
+        lp = chat_logprobs(tokenizer, c.token_ids[:shown], c.logprobs[:shown],
+                           c.top_logprobs[:shown]) if logprobs else None
         content, calls = (c.text, []) if tool_mode is None else tools.parse(tool_mode, c.text)
         message = AssistantMessage(content=content, tool_calls=calls or None)
         return ChatChoice(index=c.index, message=message, logprobs=lp,
@@ -218,13 +263,28 @@ def error_event(exc: Exception) -> str:
     return sse(ErrorResponse(error=ErrorInfo(message=str(exc), type="internal_error")))
 
 
+def _tops(out) -> list[dict[int, float] | None]:
+    """Per new token, its alternatives (None where not asked)."""
+    return out.new_top_logprobs or [None] * len(out.new_token_ids)
+
+
+def _after(earlier, out):
+    """out, carrying the new tokens and logprobs of an earlier output of its choice that sent no text."""
+    if earlier is None:
+        return out
+    return dataclasses.replace(
+        out, new_token_ids=earlier.new_token_ids + out.new_token_ids,
+        new_logprobs=None if out.new_logprobs is None else (earlier.new_logprobs or []) + out.new_logprobs,
+        new_top_logprobs=None if out.new_top_logprobs is None else _tops(earlier) + out.new_top_logprobs)
+
+
 async def _events(outputs: AsyncIterator, event, usage_event, include_usage: bool,
                   opening=None) -> AsyncIterator[str]:
     """Both streams' skeleton: an event per output that carries text or finishes its choice (each event one
     choice, by index, as OpenAI streams n > 1), a failure reported in-band, the usage event once when asked,
     then [DONE]. The `opening(index)` event (chat's role chunk) goes out with a choice's first token, not before:
     until a byte is sent, a gateway may still retry a request queued on an engine that dies."""
-    g, opened = Gathered(), set()
+    g, opened, held = Gathered(), set(), {}
 
     def pending(index: int) -> str:
         if opening is None or index in opened:
@@ -235,7 +295,9 @@ async def _events(outputs: AsyncIterator, event, usage_event, include_usage: boo
     try:
         async for out in outputs:
             g.add(out)
+            out = _after(held.pop(out.index, None), out)
             if not out.new_text and out.finish_reason is None:
+                held[out.index] = out  # its tokens (and logprobs) go out with the choice's next text
                 continue
             yield pending(out.index) + event(out)
     except Exception as e:  # noqa: BLE001 - headers are sent: report in-band, then end the stream
@@ -247,16 +309,21 @@ async def _events(outputs: AsyncIterator, event, usage_event, include_usage: boo
 
 
 def completion_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
-                      logprobs: bool, include_usage: bool) -> AsyncIterator[str]:
+                      logprobs: bool, include_usage: bool, echo: str | None = None) -> AsyncIterator[str]:
+    """echo: the prompt's text, sent in each choice's first event (with its logprobs when logprobs)."""
     offsets: dict[int, int] = {}  # per choice, text offset of its next piece, for logprobs' text_offset
 
     def event(out) -> str:
-        lp = None
+        lp, text = None, out.new_text
+        picked = (out.new_token_ids, out.new_logprobs or [], _tops(out))
+        echoes = echo is not None and out.index not in offsets
+        if echoes:
+            text = echo + text
         offset = offsets.get(out.index, 0)
         if logprobs:
-            lp = completion_logprobs(tokenizer, out.new_token_ids, out.new_logprobs or [], offset)
-        offsets[out.index] = offset + len(out.new_text)
-        choice = CompletionChoice(index=out.index, text=out.new_text, logprobs=lp, finish_reason=out.finish_reason)
+            lp = completion_logprobs(tokenizer, *(echo_logprobs(out, *picked) if echoes else picked), offset)
+        offsets[out.index] = offset + len(text)
+        choice = CompletionChoice(index=out.index, text=text, logprobs=lp, finish_reason=out.finish_reason)
         return sse(CompletionResponse(id=rid, created=created, model=model, choices=[choice]))
 
     def usage_event(usage: Usage) -> str:
@@ -274,7 +341,8 @@ def chat_stream(outputs: AsyncIterator, rid: str, model: str, created: int, toke
 
     def event(out) -> str:
         shown = len(out.new_token_ids) - hidden_stop_token(out)
-        lp = chat_logprobs(tokenizer, out.new_token_ids[:shown], (out.new_logprobs or [])[:shown]) if logprobs else None
+        lp = chat_logprobs(tokenizer, out.new_token_ids[:shown], (out.new_logprobs or [])[:shown],
+                           _tops(out)[:shown]) if logprobs else None
         delta, finish = DeltaMessage(content=out.new_text), out.finish_reason
         if tool_mode is not None:
             ts = tool_streams.setdefault(out.index, tools.ToolStream(tool_mode))

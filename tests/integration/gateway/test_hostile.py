@@ -26,10 +26,10 @@ HOSTILE = [
     (CMPL, b'{' + M + b'"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None, "recursion"),
     (CMPL, b'{' + M + b'"prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}", None, "digits"),
     (CMPL, b'{' + M + b'"prompt": "hi", "temperature": NaN}', "temperature", "finite"),
-    (CMPL, b'{' + M + b'"prompt": "hi", "logprobs": 3}', "logprobs", "alternatives"),
+    (CMPL, b'{' + M + b'"prompt": "hi", "logprobs": 6}', "logprobs", "less than or equal to 5"),
     (CMPL, b'{' + M + b'"prompt": "hi", "n": 2}', "n", "n=1"),
     (CHAT, b'{' + M + b'"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}', "top_logprobs",
-     "alternatives"),
+     "needs logprobs"),
     (CHAT, b'{' + M + b'"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", '
            b'"function": {"name": "f"}}]}', "tools", "not supported"),
     (CHAT, b'{' + M + b'"messages": [{"role": "user", "content": "x"}], "response_format": '

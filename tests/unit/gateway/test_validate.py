@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\ud800"}]}, "messages.0.content"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
      "tools"),
-    ("/v1/completions", {"prompt": "x", "logprobs": 2}, "logprobs"),
+    ("/v1/completions", {"prompt": "x", "logprobs": 6}, "logprobs"),
     ("/v1/completions", {"prompt": "x", "temperature": float("nan")}, "temperature"),
 ])
 def test_requests_the_engines_refuse_get_their_400_at_the_gateway(path, payload, param):
