@@ -30,7 +30,16 @@ class Grammars:
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
 
     def compile(self, spec: StructuredSpec) -> xgr.CompiledGrammar:
-        """Raises ValueError with the compiler's message for a schema, pattern or grammar it cannot take."""
+        """Raises ValueError with the compiler's message for a schema, pattern or grammar it cannot take, and for
+        one that allows no first token (`root ::= root`, `{"anyOf": []}`): nothing could be sampled."""
+        compiled = self._compile(spec)
+        first = xgr.allocate_token_bitmask(1, self.vocab_size)
+        xgr.GrammarMatcher(compiled).fill_next_token_bitmask(first, 0)
+        if not bool(first.any()):
+            raise ValueError(f"invalid {spec.kind}: it matches no output at all")
+        return compiled
+
+    def _compile(self, spec: StructuredSpec) -> xgr.CompiledGrammar:
         spec.validate()
         c, text = self._compiler, spec.payload_text()
         try:
@@ -47,8 +56,8 @@ class Grammars:
             raise ValueError(f"invalid {spec.kind}: {_CPP_PREFIX.sub('', str(e)).strip()}") from None
 
     def matcher(self, spec: StructuredSpec) -> xgr.GrammarMatcher:
-        """Fresh state for one sequence (it consumes each token the sequence samples)."""
-        return xgr.GrammarMatcher(self.compile(spec))
+        """Fresh state for one sequence (it consumes each token the sequence samples); the spec passed compile()."""
+        return xgr.GrammarMatcher(self._compile(spec))
 
     def mask(self, logits: torch.Tensor, matchers: list) -> None:
         """Sets to -inf, in place, each row's logits of tokens its matcher (None: unconstrained) forbids."""
@@ -64,10 +73,9 @@ class Grammars:
 
 
 def advance(matcher: xgr.GrammarMatcher, token: int) -> bool:
-    """Feeds a sampled token to the sequence's matcher; True once the grammar is complete (a stop token taken)."""
-    if not matcher.accept_token(token):
-        raise RuntimeError(f"token {token} was sampled outside its grammar's mask")
-    return matcher.is_terminated()
+    """Feeds a sampled token to the sequence's matcher; True once the output must end: the grammar is complete (a
+    stop token taken), or it had allowed nothing (a dead end no check at admission finds) and the token is refused."""
+    return not matcher.accept_token(token) or matcher.is_terminated()
 
 
 def _ebnf_string(s: str) -> str:

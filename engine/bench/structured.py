@@ -4,8 +4,8 @@ unconstrained and under a JSON schema, in one batch each, one torch thread.
 Prints for each run output tokens, CPU milliseconds per output token and wall tokens/s; for the constrained run
 also the CPU time inside the grammar (filling and applying the next-token masks, advancing each sequence's state)
 per output token, measured around those calls. CPU time is the comparable figure on a shared machine. The
-constrained run's batch shrinks as its sequences finish (the unconstrained one ignores EOS), which raises its cost
-per token beyond the grammar's own.
+constrained run goes first; each unconstrained request then generates (ignoring EOS) as many tokens as its
+constrained twin did, so both runs step the same batch sizes for the same number of steps.
 
     python -P -m floodway.engine.bench.structured [--model floodway/smollm2-135m-instruct] [--requests 8]
 """
@@ -42,24 +42,24 @@ class Timed:
             self.seconds += time.process_time() - t
 
 
-def run(engine, prompts: list[list[int]], spec: StructuredSpec | None, max_tokens: int) -> dict:
+def run(engine, prompts: list[list[int]], spec: StructuredSpec | None, max_tokens: list[int]) -> dict:
     mask, advance = Timed(engine.grammars.mask), Timed(llm_engine.advance)
     engine.grammars.mask, llm_engine.advance = mask, advance
     try:
-        for i, ids in enumerate(prompts):
-            engine.add_request(f"{spec is not None}-{i}", ids, SamplingParams(
-                max_tokens=max_tokens, temperature=0.0, ignore_eos=spec is None, structured=spec))
-        wall, cpu, tokens, finished = time.perf_counter(), time.process_time(), 0, 0
+        for i, (ids, n) in enumerate(zip(prompts, max_tokens, strict=True)):
+            engine.add_request(str(i), ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=spec is None,
+                                                           structured=spec))
+        wall, cpu, lengths, finished = time.perf_counter(), time.process_time(), [0] * len(prompts), 0
         while engine.has_unfinished_requests():
             for out in engine.step():
-                tokens += len(out.new_token_ids)
+                lengths[int(out.request_id)] += len(out.new_token_ids)
                 finished += out.finish_reason == "stop"
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
         del engine.grammars.mask
         llm_engine.advance = advance.fn
-    return {"tokens": tokens, "cpu": cpu, "wall": wall, "grammar": mask.seconds + advance.seconds,
-            "finished": finished}
+    return {"tokens": sum(lengths), "lengths": lengths, "cpu": cpu, "wall": wall,
+            "grammar": mask.seconds + advance.seconds, "finished": finished}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,9 +75,10 @@ def main(argv: list[str] | None = None) -> None:
     prompts = [tok.apply_chat_template([{"role": "user", "content": f"Describe {TOPICS[i % len(TOPICS)]} as JSON."}],
                                        add_generation_prompt=True, tokenize=False) for i in range(args.requests)]
     prompts = [tok.encode(p, add_special_tokens=False) for p in prompts]
-    run(engine, prompts[:1], StructuredSpec("json_schema", SCHEMA), 8)  # warm up; compiles the schema once
-    free = run(engine, prompts, None, args.max_tokens)
-    json_ = run(engine, prompts, StructuredSpec("json_schema", SCHEMA), args.max_tokens)
+    spec = StructuredSpec("json_schema", SCHEMA)
+    run(engine, prompts[:1], spec, [8])  # warm up; compiles the schema once
+    json_ = run(engine, prompts, spec, [args.max_tokens] * len(prompts))
+    free = run(engine, prompts, None, json_["lengths"])
     print(f"{args.model}: {args.requests} chat requests in one batch, greedy, up to {args.max_tokens} tokens, "
           f"1 thread, prefix caching off")
     for name, r in (("unconstrained", free), ("json_schema", json_)):

@@ -81,6 +81,7 @@ def test_grammar_state_survives_preemption(run_to_end, tiny_model_path):
     (StructuredSpec("json_schema", {"$ref": "#/nowhere"}), "invalid json_schema"),
     (StructuredSpec("regex", "(ab"), "invalid regex: .*parenthesis"),
     (StructuredSpec("grammar", "root ::= "), "invalid grammar"),
+    (StructuredSpec("grammar", "root ::= a\na ::= root"), "matches no output at all"),
     (StructuredSpec("choice", []), "choice needs a non-empty list"),
     (StructuredSpec("json_schema", "not a dict"), "json_schema needs a JSON schema object"),
     (StructuredSpec("yaml", "a: b"), "kind must be one of"),
