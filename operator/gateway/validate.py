@@ -1,5 +1,5 @@
 """The engine's own request models, run at the gateway before routing: a request an engine would refuse (a bad
-value, invalid Unicode, a field this API does not honour such as `tools`) gets the same 400 here on every
+value, invalid Unicode, a field this API does not honour such as `functions`) gets the same 400 here on every
 path, so nothing reaches the overflow API that a local engine would refuse, and a request behaves the same
 whether or not the pool is loaded. About 5 us per request."""
 

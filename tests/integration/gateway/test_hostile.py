@@ -31,9 +31,9 @@ HOSTILE = [
     (CHAT, b'{' + M + b'"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}', "top_logprobs",
      "needs logprobs"),
     (CHAT, b'{' + M + b'"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", '
-           b'"function": {"name": "f"}}]}', "tools", "not supported"),
+           b'"function": {}}]}', "tools.0.function.name", "Field required"),
     (CHAT, b'{' + M + b'"messages": [{"role": "user", "content": "x"}], "response_format": '
-           b'{"type": "json_object"}}', "response_format", "not supported"),
+           b'{"type": "xml"}}', "response_format.type", "json_schema"),
 ]
 VALID = {"model": MODEL, "prompt": "x", "max_tokens": 2}
 

@@ -73,11 +73,8 @@ def test_lone_surrogates_are_refused_naming_the_field(model, body, param):
 
 
 @pytest.mark.parametrize("model,field,value", [
-    (CompletionRequest, "tools", [{"type": "function", "function": {"name": "f"}}]),
-    (ChatCompletionRequest, "tools", [{"type": "function", "function": {"name": "f"}}]),
-    (ChatCompletionRequest, "response_format", {"type": "json_object"}),
+    (CompletionRequest, "tools", [{"type": "function", "function": {"name": "f"}}]),  # chat only
     (ChatCompletionRequest, "functions", [{"name": "f"}]),
-    (CompletionRequest, "guided_json", {"type": "object"}),
 ])
 def test_fields_that_would_change_the_answer_are_refused_not_dropped(model, field, value):
     base = {"prompt": "x"} if model is CompletionRequest else {"messages": [{"role": "user", "content": "x"}]}
