@@ -10,6 +10,7 @@ import threading
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from floodway.engine.server import constraints, errors, serving, tools
+from floodway.engine.server.batch import MergedOutputs
 from floodway.engine.server.body_limit import BodyLimit
 from floodway.engine.server.errors import APIError
 from floodway.engine.server.frontend import Rejected
@@ -76,6 +77,11 @@ async def _collect_unless_disconnected(request: Request, outputs, n: int) -> ser
         outputs.close()
 
 
+def engine_ids(rid: str, prompts: int) -> list[str]:
+    """The engine request ids of a response's prompts: its own id for one, suffixed by position for several."""
+    return [rid] if prompts == 1 else [f"{rid}-{i}" for i in range(prompts)]
+
+
 def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
     options = options or ServerOptions()
     options.validate()
@@ -93,10 +99,9 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
     app.state.server = state
     errors.install(app)
 
-    def submit(prompt_ids: list[int], params, prefix: str):
-        rid = new_id(prefix)
+    def submit(rid: str, prompt_ids: list[int], params):
         try:
-            return rid, state.frontend.submit(rid, prompt_ids, params)
+            return state.frontend.submit(rid, prompt_ids, params)
         except Rejected as r:
             state.metrics.reject()
             a = r.admission
@@ -104,30 +109,48 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
                            type="rate_limit_error", code="rate_limit_exceeded",
                            headers={"Retry-After": str(a.retry_after_s)}) from None
 
-    async def respond(body, request: Request, prompt_ids: list[int], params, what: str, prefix: str,
+    def submit_all(rid: str, prompts_ids: list[list[int]], params):
+        """One engine request per prompt (ids from engine_ids), merged into one output stream; all or none."""
+        streams = []
+        try:
+            for engine_rid, ids in zip(engine_ids(rid, len(prompts_ids)), prompts_ids, strict=True):
+                streams.append(submit(engine_rid, ids, params))
+        except APIError:
+            for stream in streams:
+                stream.close()
+            raise
+        return streams[0] if len(streams) == 1 else MergedOutputs(streams, params.best_of or params.n)
+
+    async def respond(body, request: Request, rid: str, prompts_ids: list[list[int]], params, what: str,
                       stream_fn, response_fn):
         """The tail both generation routes share: admit, then stream or collect."""
         if params.structured is not None:  # compiled off the event loop (a large schema takes a while), then cached
             await asyncio.to_thread(constraints.check_compiles, state.engine.grammars, body, params.structured)
-        serving.check_request(state.engine, prompt_ids, params, what)
-        rid, outputs = submit(prompt_ids, params, prefix)
+        for prompt_ids in prompts_ids:
+            serving.check_request(state.engine, prompt_ids, params, what)
+        outputs = submit_all(rid, prompts_ids, params)
         created, logprobs = now_s(), params.logprobs is not None
         if body.stream:
             usage = bool(body.stream_options and body.stream_options.include_usage)
             stream = stream_fn(outputs, rid, state.served_model, created, state.tokenizer, logprobs, usage)
             return _ClosingStream(stream, outputs, media_type="text/event-stream", headers=SSE_HEADERS)
-        c = await _collect_unless_disconnected(request, outputs, params.n)
+        c = await _collect_unless_disconnected(request, outputs, params.n * len(prompts_ids))
         return response_fn(rid, state.served_model, created, c, state.tokenizer, logprobs)
 
     @app.post("/v1/completions", response_model=CompletionResponse, responses=ERRORS)
     async def completions(body: CompletionRequest, request: Request):
         state.require_serving()
         serving.check_model(body.model, state.served_model)
-        prompt_ids = await state.encoder.completion_ids(body)
+        prompts_ids = await state.encoder.completion_ids(body)
         max_tokens = 16 if body.max_tokens is None else body.max_tokens
         params = serving.sampling_params(body, max_tokens, body.logprobs, body.logprobs if body.echo else None)
-        echo = serving.echo_text(body, prompt_ids, state.tokenizer)
-        return await respond(body, request, prompt_ids, params, "prompt", "cmpl",
+        rid = new_id("cmpl")
+        echo = None  # with echo: each engine request's prompt text
+        if body.echo:
+            texts = [serving.echo_text(p, ids, state.tokenizer) for p, ids in zip(body.prompts(), prompts_ids,
+                                                                                  strict=True)]
+            echo = dict(zip(engine_ids(rid, len(texts)), texts, strict=True))
+        return await respond(body, request, rid, prompts_ids, params, "prompt",
                              functools.partial(serving.completion_stream, echo=echo),
                              functools.partial(serving.completion_response, echo=echo))
 
@@ -139,7 +162,7 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         max_tokens = serving.chat_max_tokens(body, len(prompt_ids), state.engine.max_model_len)
         params = serving.sampling_params(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None)
         mode = tools.mode_of(body)
-        return await respond(body, request, prompt_ids, params, "messages", "chatcmpl",
+        return await respond(body, request, new_id("chatcmpl"), [prompt_ids], params, "messages",
                              functools.partial(serving.chat_stream, tool_mode=mode),
                              functools.partial(serving.chat_response, tool_mode=mode))
 

@@ -24,7 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-MAX_CHOICES = 128  # n and best_of, as the OpenAI API caps n
+MAX_CHOICES = 128  # n and best_of, as the OpenAI API caps n (with several prompts: prompts times n)
+MAX_PROMPTS = 32  # prompts in one completions request, each its own engine request
 
 
 def _valid_unicode(text: str) -> str:
@@ -137,10 +138,11 @@ TokenIds = Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: Text | TokenIds | Annotated[list[Text], Field(min_length=1, max_length=1)] \
-        | Annotated[list[TokenIds], Field(min_length=1, max_length=1)] = Field(
-            ..., description="One prompt: text or token ids (a batch of exactly one is accepted).")
-    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = 16
+    prompt: Text | TokenIds | Annotated[list[Text], Field(min_length=1, max_length=MAX_PROMPTS)] \
+        | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)] = Field(
+            ..., description="Text or token ids, or a list of either: one choice per prompt (times n), in order.")
+    max_tokens: Annotated[StrictInt, Field(ge=0)] | None = Field(
+        16, description="0 only with echo: the prompt (and its logprobs) without a completion.")
     logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = Field(
         None, description="The sampled token's logprob and the N most likely alternatives (of the model's raw "
         "distribution, before temperature, penalties and bias).")
@@ -159,9 +161,20 @@ class CompletionRequest(_SamplingFields):
             raise ValueError("best_of > n cannot be streamed: the best are known only at the end")
         return self
 
-    def single_prompt(self) -> str | list[int]:
+    @model_validator(mode="after")
+    def _prompts_fit(self):
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError("max_tokens 0 generates nothing: it is accepted with echo (the prompt's logprobs)")
+        prompts, width = len(self.prompts()), self.best_of or self.n
+        if prompts > 1 and width > self.n:
+            raise ValueError("best_of > n is supported with one prompt only")
+        if prompts * width > MAX_CHOICES:
+            raise ValueError(f"{prompts} prompts times n={width} is over {MAX_CHOICES} choices")
+        return self
+
+    def prompts(self) -> list[str | list[int]]:
         p = self.prompt
-        return p[0] if isinstance(p, list) and isinstance(p[0], (str, list)) else p
+        return list(p) if isinstance(p, list) and isinstance(p[0], (str, list)) else [p]
 
 
 class TextPart(_Request):

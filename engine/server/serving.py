@@ -22,7 +22,6 @@ from floodway.engine.server.protocol import (
     ChatLogprobs,
     CompletionChoice,
     CompletionLogprobs,
-    CompletionRequest,
     CompletionResponse,
     DeltaMessage,
     ErrorInfo,
@@ -40,8 +39,7 @@ def check_model(requested: str | None, served: str) -> None:
                        param="model", code="model_not_found")
 
 
-def completion_prompt_ids(req: CompletionRequest, tokenizer, vocab_size: int) -> list[int]:
-    prompt = req.single_prompt()
+def completion_prompt_ids(prompt: str | list[int], tokenizer, vocab_size: int) -> list[int]:
     if isinstance(prompt, str):
         ids = tokenizer.encode(prompt)
     else:
@@ -54,11 +52,8 @@ def completion_prompt_ids(req: CompletionRequest, tokenizer, vocab_size: int) ->
     return ids
 
 
-def echo_text(req: CompletionRequest, prompt_ids: list[int], tokenizer) -> str | None:
-    """The prompt's text when echo is asked (token-id prompts decoded), else None."""
-    if not req.echo:
-        return None
-    prompt = req.single_prompt()
+def echo_text(prompt: str | list[int], prompt_ids: list[int], tokenizer) -> str:
+    """A prompt's text as echo returns it (token-id prompts decoded)."""
     return prompt if isinstance(prompt, str) else tokenizer.decode(prompt_ids)
 
 
@@ -149,6 +144,7 @@ class Collected:
     hidden_tail: int = 0  # trailing tokens not in `text` (the end-of-turn token), left out of chat logprobs
     index: int = 0
     cumulative_logprob: float | None = None
+    request_id: str = ""  # the engine request (one per prompt)
 
     def add(self, out) -> None:
         if out.finish_reason == "abort":
@@ -162,6 +158,7 @@ class Collected:
         self.finish_reason = out.finish_reason
         self.hidden_tail = int(hidden_stop_token(out))
         self.index, self.cumulative_logprob = out.index, out.cumulative_logprob
+        self.request_id = out.request_id
 
 
 @dataclass
@@ -178,11 +175,13 @@ class Gathered:
         return final_choices(list(self.by_index.values()), self.n)
 
     def usage(self) -> Usage:
-        """The prompt once; every generated token, of best_of's unreturned sequences too (they were computed)."""
-        first = self.by_index.get(0, Collected())
+        """Each prompt once (an engine request per prompt); every generated token, of best_of's unreturned
+        sequences too (they were computed)."""
+        prompts = {c.request_id: c for c in self.by_index.values()}.values()
+        p, cached = sum(c.prompt_tokens for c in prompts), sum(c.cached_tokens for c in prompts)
         n = sum(len(c.token_ids) for c in self.by_index.values())
-        return Usage(prompt_tokens=first.prompt_tokens, completion_tokens=n, total_tokens=first.prompt_tokens + n,
-                     prompt_tokens_details=PromptTokensDetails(cached_tokens=first.cached_tokens))
+        return Usage(prompt_tokens=p, completion_tokens=n, total_tokens=p + n,
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
 
 
 def token_strings(tokenizer, ids: list[int]) -> list[str]:
@@ -221,14 +220,14 @@ def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float],
 
 
 def completion_response(rid: str, model: str, created: int, g: Gathered, tokenizer, logprobs: bool,
-                        echo: str | None = None):
-    """echo: the prompt's text, returned before each choice's (with its logprobs when logprobs)."""
+                        echo: dict[str, str] | None = None):
+    """echo: each engine request's prompt text, returned before its choices' (with its logprobs when logprobs)."""
     def choice(c: Collected) -> CompletionChoice:
         lp = None
         if logprobs:
             picked = (c.token_ids, c.logprobs, c.top_logprobs)
             lp = completion_logprobs(tokenizer, *(echo_logprobs(c, *picked) if echo is not None else picked))
-        text = c.text if echo is None else echo + c.text
+        text = c.text if echo is None else echo[c.request_id] + c.text
         return CompletionChoice(index=c.index, text=text, logprobs=lp, finish_reason=c.finish_reason)
 
     return CompletionResponse(id=rid, created=created, model=model, choices=[choice(c) for c in g.choices()],
@@ -309,8 +308,9 @@ async def _events(outputs: AsyncIterator, event, usage_event, include_usage: boo
 
 
 def completion_stream(outputs: AsyncIterator, rid: str, model: str, created: int, tokenizer,
-                      logprobs: bool, include_usage: bool, echo: str | None = None) -> AsyncIterator[str]:
-    """echo: the prompt's text, sent in each choice's first event (with its logprobs when logprobs)."""
+                      logprobs: bool, include_usage: bool, echo: dict[str, str] | None = None) -> AsyncIterator[str]:
+    """echo: each engine request's prompt text, sent in each of its choices' first event (with its logprobs when
+    logprobs)."""
     offsets: dict[int, int] = {}  # per choice, text offset of its next piece, for logprobs' text_offset
 
     def event(out) -> str:
@@ -318,7 +318,7 @@ def completion_stream(outputs: AsyncIterator, rid: str, model: str, created: int
         picked = (out.new_token_ids, out.new_logprobs or [], _tops(out))
         echoes = echo is not None and out.index not in offsets
         if echoes:
-            text = echo + text
+            text = echo[out.request_id] + text
         offset = offsets.get(out.index, 0)
         if logprobs:
             lp = completion_logprobs(tokenizer, *(echo_logprobs(out, *picked) if echoes else picked), offset)

@@ -41,11 +41,13 @@ class PromptEncoder:
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    async def completion_ids(self, req) -> list[int]:
-        prompt = req.single_prompt()
-        if isinstance(prompt, str):
-            check_prompt_chars(len(prompt), self.max_chars, self.max_model_len, "prompt")
-        return await self._run(serving.completion_prompt_ids, req, self._tokenizer, self.vocab_size)
+    async def completion_ids(self, req) -> list[list[int]]:
+        """Each prompt's ids (a completions request may carry several)."""
+        prompts = req.prompts()
+        for prompt in prompts:
+            if isinstance(prompt, str):
+                check_prompt_chars(len(prompt), self.max_chars, self.max_model_len, "prompt")
+        return [await self._run(serving.completion_prompt_ids, p, self._tokenizer, self.vocab_size) for p in prompts]
 
     async def chat_ids(self, req) -> list[int]:
         chars = sum(len(m.text()) for m in req.messages)

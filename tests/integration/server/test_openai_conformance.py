@@ -103,3 +103,49 @@ def test_errors(engine_server, validate_openai, path, body, status):
                    timeout=60)
     assert r.status_code == status
     validate_openai(r.json(), "ErrorResponse")
+
+
+def test_several_prompts_one_choice_per_prompt_and_n_in_order(engine_server, validate_openai, validate_stream):
+    url, prompts = engine_server.url, ["Once upon", "The river", "A cat sat"]
+    body = {"model": MODEL, "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    alone = [post(url, "/v1/completions", {**body, "prompt": p}).json() for p in prompts]
+    r = post(url, "/v1/completions", {**body, "prompt": prompts, "n": 2})
+    assert r.status_code == 200, r.text
+    validate_openai(r.json(), "CreateCompletionResponse")
+    texts = [c["text"] for c in r.json()["choices"]]
+    assert [c["index"] for c in r.json()["choices"]] == list(range(6))
+    assert texts == [a["choices"][0]["text"] for a in alone for _ in range(2)]  # greedy: n copies, prompt order
+    usage = r.json()["usage"]
+    assert usage["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone)
+    assert usage["completion_tokens"] == 6 * 4
+    chunks = stream(url, "/v1/completions", {**body, "prompt": prompts, "n": 2,
+                                             "stream_options": {"include_usage": True}})
+    validate_stream(chunks, "CreateCompletionResponse")
+    streamed = {}
+    for c in chunks:
+        for choice in c["choices"]:
+            streamed[choice["index"]] = streamed.get(choice["index"], "") + choice["text"]
+    assert [streamed[i] for i in range(6)] == texts and chunks[-1]["usage"] == usage
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    sdk = client.completions.create(model=MODEL, prompt=["Once upon", "The river"], max_tokens=4, temperature=0,
+                                    extra_body={"ignore_eos": True})
+    assert [c.text for c in sdk.choices] == [texts[0], texts[2]]
+
+
+def test_max_tokens_0_with_echo_returns_each_prompt(engine_server, validate_openai):
+    url, prompts = engine_server.url, ["Once upon a time", "The river"]
+    body = {"model": MODEL, "prompt": prompts, "max_tokens": 0, "echo": True}
+    r = post(url, "/v1/completions", body)
+    assert r.status_code == 200, r.text
+    validate_openai(r.json(), "CreateCompletionResponse")
+    assert [c["text"] for c in r.json()["choices"]] == prompts
+    assert r.json()["usage"]["completion_tokens"] == 0
+    with_logprobs = post(url, "/v1/completions", {**body, "logprobs": 1}).json()
+    validate_openai(with_logprobs, "CreateCompletionResponse")
+    for choice, prompt in zip(with_logprobs["choices"], prompts, strict=True):
+        lp = choice["logprobs"]
+        assert "".join(lp["tokens"]).endswith(prompt) and lp["token_logprobs"][0] is None
+        assert all(x <= 0 for x in lp["token_logprobs"][1:])
+    refused = post(url, "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 0})
+    assert refused.status_code == 400 and "echo" in refused.json()["error"]["message"]
+    validate_openai(refused.json(), "ErrorResponse")

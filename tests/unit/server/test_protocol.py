@@ -16,15 +16,28 @@ def test_protocol_import_is_torch_free():
 
 
 @pytest.mark.parametrize("prompt,expected", [
-    ("hi", "hi"), ([1, 2], [1, 2]), (["hi"], "hi"), ([[3, 4]], [3, 4]),
+    ("hi", ["hi"]), ([1, 2], [[1, 2]]), (["hi"], ["hi"]), ([[3, 4]], [[3, 4]]), (["a", "b"], ["a", "b"]),
+    ([[3], [4, 5]], [[3], [4, 5]]),
 ])
-def test_single_prompt_accepts_text_ids_and_batches_of_one(prompt, expected):
-    assert CompletionRequest(prompt=prompt).single_prompt() == expected
+def test_prompts_accepts_text_ids_and_lists_of_either(prompt, expected):
+    assert CompletionRequest(prompt=prompt).prompts() == expected
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"max_tokens": 0}, "accepted with echo"),
+    ({"prompt": ["a", "b"], "n": 2, "best_of": 3}, "one prompt only"),
+    ({"prompt": ["a"] * 32, "n": 5}, "over 128 choices"),
+    ({"prompt": ["a"] * 33}, "at most 32"),
+])
+def test_what_several_prompts_and_max_tokens_0_need(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        CompletionRequest(**{"prompt": "x", **fields})
+    assert CompletionRequest(prompt=["a", "b"], max_tokens=0, echo=True, n=2).max_tokens == 0
 
 
 @pytest.mark.parametrize("field,value", [
     ("temperature", -0.1), ("temperature", 2.5), ("temperature", float("nan")), ("temperature", True),
-    ("top_p", 0), ("top_p", 1.01), ("top_k", -2), ("max_tokens", 0), ("max_tokens", 1.5), ("n", 0),
+    ("top_p", 0), ("top_p", 1.01), ("top_k", -2), ("max_tokens", -1), ("max_tokens", 1.5), ("n", 0),
     ("logprobs", 6), ("stop", [""]), ("stop", ["a"] * 17), ("stream", "true"), ("presence_penalty", 2.1),
     ("frequency_penalty", -3), ("repetition_penalty", 0), ("min_tokens", -1), ("logit_bias", {"x": 1}),
     ("logit_bias", {"5": -100.5}), ("seed", 2**63), ("echo", "no"), ("suffix", "x"),
