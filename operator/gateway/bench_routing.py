@@ -1,10 +1,10 @@
 """`floodway bench routing`: prefix-aware against load-only routing, side by side in one run.
 
-Several real engine processes on 127.0.0.1 (a built-in model, a small KV cache each, so capacity is scarce by
-configuration; each step at least --step-delay-ms and at most --max-num-batched-tokens tokens, so a prefill
-costs engine steps in proportion to its uncached tokens however fast or loaded the CPU is) behind two real
-gateways: one routing on load only, one prefix-aware. Two workloads, each replayed through both gateways in
-turn with the same open-loop schedule:
+Two identical pools of real engine processes on 127.0.0.1 (a built-in model, a small KV cache each, so
+capacity is scarce by configuration; each step at least --step-delay-ms and at most --max-num-batched-tokens
+tokens, so a prefill costs engine steps in proportion to its uncached tokens), each behind its own real gateway:
+one routing on load only, one prefix-aware. Both get the same open-loop schedule at the same time, so a
+machine whose load changes under the run (a shared one) changes it for both alike. Two workloads, in turn:
 
 - Mooncake-shaped: the first N conversations of the Mooncake conversation trace (a conversation: the requests
   sharing their second block id; the first is a prompt shared by nearly all), every turn in trace order, each
@@ -13,7 +13,8 @@ turn with the same open-loop schedule:
   blocks;
 - without shared prefixes: the same lengths with every block id fresh.
 
-Each arm renders its text with its own salt, so nothing it sends is cached by an earlier arm. Printed per arm:
+Each workload renders its text with its own salt, so nothing it sends is cached by the one before. Printed per
+router:
 the cluster-wide prefix-cache hit rate from the engines' own counters (vllm:prefix_cache_hits/queries), the
 single-engine unbounded bound (the same prompts' tokens fed to an unbounded cache one request at a time),
 TTFT p50/p99 (time to the stream's first bytes through the gateway), and the per-engine spread (max/mean) of
@@ -132,11 +133,22 @@ def _counters(url: str) -> tuple[float, float]:
     return values["vllm:prefix_cache_hits_total"], values["vllm:prefix_cache_queries_total"]
 
 
-def _arm(engines: list[procs.Proc], gateway: procs.Proc, bodies: list[dict], rate: float) -> dict:
-    for e in engines:
-        _wait_idle(e.url)
-    before = [_counters(e.url) for e in engines]
-    results = asyncio.run(send_each_at_rate(gateway.url + "/v1/completions", bodies, rate, timeout_s=600))
+def _arms(arms: list[tuple[list[procs.Proc], procs.Proc]], bodies: list[dict], rate: float) -> list[dict]:
+    """Sends `bodies` through each (engines, gateway) arm at the same time on the same schedule."""
+    for engines, _ in arms:
+        for e in engines:
+            _wait_idle(e.url)
+    before = [[_counters(e.url) for e in engines] for engines, _ in arms]
+
+    async def send_all():
+        return await asyncio.gather(*(send_each_at_rate(gw.url + "/v1/completions", bodies, rate, timeout_s=600)
+                                      for _, gw in arms))
+
+    results = asyncio.run(send_all())
+    return [_summary(engines, b, r) for (engines, _), b, r in zip(arms, before, results, strict=True)]
+
+
+def _summary(engines: list[procs.Proc], before: list[tuple[float, float]], results: list) -> dict:
     for e in engines:
         _wait_idle(e.url)
     after = [_counters(e.url) for e in engines]
@@ -159,7 +171,7 @@ def _start_engines(n: int, model: str, args: list[str], tmp: str) -> list[procs.
                            port, timeout_s=300, log_path=os.path.join(tmp, f"engine-{i}.log"))
         return proc
 
-    with ThreadPoolExecutor(n) as pool:
+    with ThreadPoolExecutor(4) as pool:
         started = list(pool.map(start, range(n)))
     return started
 
@@ -189,9 +201,9 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
     engine_args = ["--num-kv-blocks", str(kv_blocks), "--step-delay-ms", str(step_delay_ms),
                    "--max-num-batched-tokens", str(max_num_batched_tokens), "--max-num-seqs", str(max_num_seqs),
                    "--max-waiting-requests", "0"]
-    rows_out = [f"routing bench: {engines} engines ({model}, {' '.join(engine_args)}), {len(shared)} requests "
-                f"({conversations_n} Mooncake conversations, blocks of {BLOCK_WORDS} tokens, at most {max_blocks} "
-                f"blocks), {rate:g} req/s open loop, max_tokens {max_tokens}, streamed",
+    rows_out = [f"routing bench: two pools of {engines} engines ({model}, {' '.join(engine_args)}), "
+                f"{len(shared)} requests ({conversations_n} Mooncake conversations, blocks of {BLOCK_WORDS} tokens, "
+                f"at most {max_blocks} blocks), {rate:g} req/s open loop, max_tokens {max_tokens}, streamed",
                 f"{'workload':<17} {'router':<13} {'ok':>7} {'hit rate':>8} {'of bound':>8} {'TTFT p50':>9} "
                 f"{'TTFT p99':>9} {'req max/mean':>12} {'prefill max/mean':>16}"]
     text_s, token_s = key_costs([render(ids, 0, words) for ids in shared])
@@ -201,27 +213,26 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
     with tempfile.TemporaryDirectory(prefix="floodway-bench-routing-") as tmp:
         started: list[procs.Proc] = []
         try:
-            pool = _start_engines(engines, model, engine_args, tmp)
-            started += pool
-            served = httpx.get(pool[0].url + "/v1/models").json()["data"][0]["id"]
-            for e in pool:  # the first forward pass is slow (lazy initialisation): not inside a measured arm
+            everything = _start_engines(2 * engines, model, engine_args, tmp)
+            started += everything
+            served = httpx.get(everything[0].url + "/v1/models").json()["data"][0]["id"]
+            for e in everything:  # the first forward pass is slow (lazy initialisation): not inside a measured arm
                 httpx.post(e.url + "/v1/completions", timeout=300,
                            json={"model": served, "prompt": "warm up", "max_tokens": 2})
-            gateways = {name: _start_gateway(pool, name == "prefix-aware", tmp) for name in ("load-only",
-                                                                                            "prefix-aware")}
-            started += gateways.values()
-            salt = 0
-            for w, (workload, requests) in enumerate(workloads):
-                order = ["load-only", "prefix-aware"] if w % 2 == 0 else ["prefix-aware", "load-only"]
-                results = {}
-                for router in order:
-                    salt += 1
-                    texts = [render(ids, salt, words) for ids in requests]
-                    bound_hits, bound_total = single_engine_bound(_token_ids(texts))
-                    bound = bound_hits / bound_total
-                    bodies = [{"model": served, "prompt": t, "max_tokens": max_tokens, "temperature": 0,
-                               "stream": True} for t in texts]
-                    r = results[router] = _arm(pool, gateways[router], bodies, rate)
+            routers = ("load-only", "prefix-aware")
+            arms = []
+            for i, router in enumerate(routers):
+                pool = everything[i * engines:(i + 1) * engines]
+                arms.append((pool, _start_gateway(pool, router == "prefix-aware", tmp)))
+                started.append(arms[-1][1])
+            for salt, (workload, requests) in enumerate(workloads):
+                texts = [render(ids, salt, words) for ids in requests]
+                bound_hits, bound_total = single_engine_bound(_token_ids(texts))
+                bound = bound_hits / bound_total
+                bodies = [{"model": served, "prompt": t, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+                          for t in texts]
+                results = dict(zip(routers, _arms(arms, bodies, rate), strict=True))
+                for router, r in results.items():
                     rows_out.append(
                         f"{workload:<17} {router:<13} {r['ok']:>3}/{r['sent']:<3} {r['hit']:>8.1%} "
                         f"{(r['hit'] / bound if bound else float('nan')):>8.1%} {r['p50'] * 1000:>7.0f}ms "
