@@ -52,10 +52,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def bench_routing(
         engines: int = typer.Option(4, help="Engine processes behind the gateways."),
         conversations: int = typer.Option(40, help="Mooncake conversations replayed (every turn of each)."),
-        rate: float = typer.Option(2.0, help="Requests per second (fixed rate, open loop)."),
+        rate: float = typer.Option(0.5, help="Requests per second (fixed rate, open loop)."),
         kv_blocks: int = typer.Option(256, help="KV blocks per engine (16 tokens each): scarce by configuration."),
         max_tokens: int = typer.Option(4, help="Tokens generated per request."),
-        step_delay_ms: int = typer.Option(25, help="Each engine step takes at least this much more."),
+        step_delay_ms: int = typer.Option(50, help="Each engine step takes at least this much more."),
         max_num_batched_tokens: int = typer.Option(64, help="Token budget of one engine step."),
         max_num_seqs: int = typer.Option(4, help="Sequences per engine batch."),
         max_blocks: int = typer.Option(32, help="Longest prompt, in trace blocks (16 tokens each)."),
