@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
     ("/v1/completions", {"prompt": "a\udcffb"}, "prompt"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\ud800"}]}, "messages.0.content"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
-     "tools"),
+     "tools.0.function"),
     ("/v1/completions", {"prompt": "x", "logprobs": 6}, "logprobs"),
     ("/v1/completions", {"prompt": "x", "temperature": float("nan")}, "temperature"),
 ])
