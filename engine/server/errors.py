@@ -44,10 +44,11 @@ def param_of(message: str) -> str | None:
 
 
 def loc_to_param(loc) -> str | None:
-    """('body', 'messages', 0, 'role') -> 'messages.0.role'; drops pydantic's union tags ('str', 'list[int]')."""
+    """('body', 'messages', 0, 'role') -> 'messages.0.role', ('body', 'logit_bias', '5') -> 'logit_bias.5' (a
+    token id key); drops pydantic's union tags ('str', 'list[int]')."""
     parts = []
     for p in loc[1:] if loc and loc[0] == "body" else loc:
-        if isinstance(p, int) or (isinstance(p, str) and _FIELD.match(p) and p not in _TYPE_TAGS):
+        if isinstance(p, int) or (isinstance(p, str) and (p.isdigit() or _FIELD.match(p) and p not in _TYPE_TAGS)):
             parts.append(str(p))
         else:
             break

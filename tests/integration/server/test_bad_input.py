@@ -24,7 +24,7 @@ CASES = [
     (CMPL, {"prompt": "hi", "top_p": 0}, 400, "top_p", "invalid_value", "greater than 0"),
     (CMPL, {"prompt": "hi", "top_p": 1.5}, 400, "top_p", "invalid_value", "less than or equal to 1"),
     (CMPL, {"prompt": "hi", "top_k": -2}, 400, "top_k", "invalid_value", "greater than or equal to -1"),
-    (CMPL, {"prompt": "hi", "n": 2}, 400, "n", "invalid_value", "n=1"),
+    (CMPL, {"prompt": "hi", "n": 129}, 400, "n", "invalid_value", "less than or equal to 128"),
     (CMPL, {"prompt": "hi", "stop": [1, 2]}, 400, "stop", "invalid_value", "string"),
     (CMPL, {"prompt": "hi", "seed": "abc"}, 400, "seed", "invalid_value", "integer"),
     (CMPL, {"prompt": "hi", "presence_penalty": 2.5}, 400, "presence_penalty", "invalid_value", "less than"),
@@ -55,7 +55,7 @@ CASES = [
     (CMPL, {"prompt": "hi", "max_tokens": 10**30}, 400, "prompt", "context_length_exceeded", "max_tokens"),
     # fields that would change the answer are refused, not dropped
     (CMPL, {"prompt": "hi", "logprobs": 6}, 400, "logprobs", "invalid_value", "less than or equal to 5"),
-    (CMPL, {"prompt": "hi", "best_of": 3}, 400, "best_of", "invalid_value", "best_of=3"),
+    (CMPL, {"prompt": "hi", "n": 3, "best_of": 2}, 400, "best_of", "invalid_value", "must be >= n"),
     (CHAT, {"messages": USER, "top_logprobs": 2}, 400, "top_logprobs", "invalid_value", "needs logprobs"),
     (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools",
      "tools_not_supported", "no tool support"),  # the tiny model's template never reads `tools`

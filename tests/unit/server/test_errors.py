@@ -9,6 +9,7 @@ pytestmark = pytest.mark.unit
     (("body", "messages", 0, "role"), "messages.0.role"),
     (("body", "prompt", "list[constrained-int]", 0), "prompt"),
     (("body", "stop", "str"), "stop"),
+    (("body", "logit_bias", "5"), "logit_bias.5"),
     (("body",), None),
 ])
 def test_loc_to_param_names_the_field_without_union_tags(loc, param):
