@@ -23,6 +23,7 @@ from floodway.operator.gateway.payload import CHARS_PER_TOKEN
 BLOCK_TOKENS = 16  # the engines' default block size
 BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
 DEFAULT_CAPACITY_BLOCKS = 65536  # until a scrape tells the engine's capacity (1M tokens of prompts)
+MAX_KEYS = 8192  # 128k tokens: a longer prompt's tail is not keyed, so a multi-MB body costs a bounded work
 
 
 def _message_text(message) -> str:
@@ -45,13 +46,19 @@ def _chain(blocks: Iterable) -> list[int]:
 def request_keys(payload: dict) -> list[int]:
     """The chained block keys of a request's prompt (full blocks only, as the engine caches)."""
     prompt = payload.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        ids = tuple(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt[:MAX_KEYS * BLOCK_TOKENS]):
+        ids = tuple(prompt[:MAX_KEYS * BLOCK_TOKENS])
         return _chain(ids[i:i + BLOCK_TOKENS] for i in range(0, len(ids) - BLOCK_TOKENS + 1, BLOCK_TOKENS))
     if isinstance(prompt, str):
-        text = prompt
+        text = prompt[:MAX_KEYS * BLOCK_CHARS]
     elif isinstance(payload.get("messages"), list):
-        text = "".join(_message_text(m) for m in payload["messages"])
+        text, size = [], 0
+        for message in payload["messages"]:
+            if size >= MAX_KEYS * BLOCK_CHARS:
+                break
+            text.append(_message_text(message))
+            size += len(text[-1])
+        text = "".join(text)[:MAX_KEYS * BLOCK_CHARS]
     else:
         return []  # a batch of prompts goes wherever load says
     return _chain(text[i:i + BLOCK_CHARS] for i in range(0, len(text) - BLOCK_CHARS + 1, BLOCK_CHARS))

@@ -5,7 +5,7 @@ import random
 
 import pytest
 from floodway.operator.gateway.backends import BackendTable, parse_engine_load
-from floodway.operator.gateway.prefix_index import BLOCK_CHARS, PrefixIndex, request_keys
+from floodway.operator.gateway.prefix_index import BLOCK_CHARS, MAX_KEYS, PrefixIndex, request_keys
 from floodway.operator.gateway.routing import (
     BackendLoad,
     PrefixPolicy,
@@ -104,5 +104,7 @@ def test_request_keys_follow_shared_leading_text():
     assert request_keys({"prompt": "z" * (BLOCK_CHARS - 1)}) == []
     assert request_keys({"prompt": list(range(40))}) == request_keys({"prompt": list(range(32)) + [0]})
     assert request_keys({"prompt": ["a" * 500, "b"]}) == []
+    assert len(request_keys({"prompt": "y" * 2**22})) == len(request_keys({"prompt": [5] * 2**21})) == MAX_KEYS
+    assert len(request_keys({"messages": [{"role": "user", "content": "y" * 99}] * 10**5})) == MAX_KEYS
     other = request_keys({"messages": [{"role": "user", "content": "s" * 100}, turn1["messages"][1]]})
     assert other[0] != k1[0]  # the role is part of the text
