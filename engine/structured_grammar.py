@@ -4,7 +4,7 @@ logits rows of the sequences that have one to the tokens their grammar allows ne
 The library is xgrammar, picked by measured per-token cost on the batched CPU path with SmolLM2's tokenizer
 (vocabulary 49152; `python -P -m floodway.engine.bench.grammar_libs`, figures in the README): filling the
 next-token masks and advancing the states of a batch following a JSON schema cost xgrammar the least of the three
-in every run (15-26 us per token), llguidance 2-13x that, outlines-core 14-160x (its advance dominates).
+in every run (15-78 us per token, by the machine's load), llguidance 2-13x that, outlines-core 13-160x.
 llguidance builds a new schema's grammar faster (lazily), a once-per-schema cost that the compile cache here
 pays once, while the mask is paid on every token. xgrammar needs no triton at run time (the CPU image drops it).
 """

@@ -5,7 +5,8 @@ Prints for each run output tokens, CPU milliseconds per output token and wall to
 also the CPU time inside the grammar (filling and applying the next-token masks, advancing each sequence's state)
 per output token, measured around those calls. CPU time is the comparable figure on a shared machine. The
 constrained run goes first; each unconstrained request then generates (ignoring EOS) as many tokens as its
-constrained twin did, so both runs step the same batch sizes for the same number of steps.
+constrained twin did, so both runs step the same batch sizes for the same number of steps. The pair runs
+`--rounds` times, alternating; each system's round with the least CPU time is printed.
 
     python -P -m floodway.engine.bench.structured [--model floodway/smollm2-135m-instruct] [--requests 8]
 """
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="floodway/smollm2-135m-instruct")
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     engine = llm_engine.LLMEngine(EngineConfig(model=args.model, max_model_len=512, max_num_seqs=args.requests,
@@ -77,10 +79,14 @@ def main(argv: list[str] | None = None) -> None:
     prompts = [tok.encode(p, add_special_tokens=False) for p in prompts]
     spec = StructuredSpec("json_schema", SCHEMA)
     run(engine, prompts[:1], spec, [8])  # warm up; compiles the schema once
-    json_ = run(engine, prompts, spec, [args.max_tokens] * len(prompts))
-    free = run(engine, prompts, None, json_["lengths"])
+    json_ = free = None
+    for _ in range(args.rounds):
+        j = run(engine, prompts, spec, [args.max_tokens] * len(prompts))
+        f = run(engine, prompts, None, j["lengths"])
+        json_ = j if json_ is None or j["cpu"] < json_["cpu"] else json_
+        free = f if free is None or f["cpu"] < free["cpu"] else free
     print(f"{args.model}: {args.requests} chat requests in one batch, greedy, up to {args.max_tokens} tokens, "
-          f"1 thread, prefix caching off")
+          f"1 thread, prefix caching off, best of {args.rounds} rounds")
     for name, r in (("unconstrained", free), ("json_schema", json_)):
         print(f"{name:14s} {r['tokens']:5d} tokens  {r['cpu'] / r['tokens'] * 1e3:7.2f} ms CPU/token  "
               f"{r['tokens'] / r['wall']:6.1f} tok/s wall  grammar {r['grammar'] / r['tokens'] * 1e6:7.1f} us CPU/tok  "
