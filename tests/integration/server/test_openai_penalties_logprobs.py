@@ -137,6 +137,19 @@ def test_echo_returns_the_prompt_with_its_logprobs(engine_server, tiny_hf, valid
     validate_openai(r, "CreateCompletionResponse")
 
 
+def test_echo_with_max_tokens_zero_scores_the_prompt_only(engine_server, validate_stream):
+    c = client(engine_server)
+    r = c.completions.create(model=TINY, prompt=PROMPT, max_tokens=0, echo=True, logprobs=0)
+    assert r.usage.completion_tokens == 0 and r.choices[0].finish_reason == "length"
+    assert len(r.choices[0].logprobs.tokens) == len(PROMPT) and r.choices[0].logprobs.token_logprobs[0] is None
+    longer = c.completions.create(model=TINY, prompt=PROMPT, max_tokens=2, echo=True, logprobs=0, extra_body=NO_EOS)
+    assert r.choices[0].logprobs.token_logprobs == longer.choices[0].logprobs.token_logprobs[:len(PROMPT)]
+    chunks = stream(engine_server.url, "/v1/completions", dict(model=TINY, prompt=PROMPT, max_tokens=0, echo=True,
+                                                                logprobs=0))
+    validate_stream(chunks, "CreateCompletionResponse")
+    assert [ch["choices"][0]["text"] for ch in chunks] == [r.choices[0].text]
+
+
 def test_streamed_logprobs_add_up_to_the_whole_and_conform(engine_server, tiny_hf, validate_stream):
     body = dict(model=TINY, prompt=PROMPT, max_tokens=10, temperature=0, logprobs=3, ignore_eos=True)
     whole = httpx.post(engine_server.url + "/v1/completions", json=body, timeout=120).json()["choices"][0]
