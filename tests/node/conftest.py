@@ -2,9 +2,11 @@
 with a real node (realnode.py) next to its kwok nodes, and Floodway's own images imported into its containerd.
 Root and the Debian packages of e2e/node/install-tools.sh are needed; elsewhere the tier skips and says why."""
 
+import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -32,11 +34,24 @@ realnode = _load("floodway_tests_realnode", HERE / "realnode.py")
 
 
 def script_outputs(script: Path, timeout_s: float = 3600.0) -> dict[str, str]:
-    """Runs a build script (output streamed to the test log) and returns its trailing KEY=value lines."""
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=timeout_s)
-    if done.returncode != 0:
-        pytest.fail(f"{script.relative_to(REPO)} failed:\n{done.stderr[-4000:]}{done.stdout[-2000:]}", pytrace=False)
-    return dict(line.split("=", 1) for line in done.stdout.splitlines() if line.startswith("FLOODWAY_"))
+    """Runs a build script and returns its trailing KEY=value lines. Interrupted (the test's timeout, Ctrl-C), its
+    process group gets SIGTERM, so the script's trap stops what it started (e2e/images/build.sh: its own dockerd,
+    which a SIGKILL of the script alone left running)."""
+    proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, None)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=wait_s)
+                break
+        raise
+    if proc.returncode != 0:
+        pytest.fail(f"{script.relative_to(REPO)} failed:\n{err[-4000:]}{out[-2000:]}", pytrace=False)
+    return dict(line.split("=", 1) for line in out.splitlines() if line.startswith("FLOODWAY_"))
 
 
 @dataclass
