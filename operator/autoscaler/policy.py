@@ -17,7 +17,8 @@ holds at most `target_concurrency` (and KV usage at most `kv_target`):
   what a pool exactly at target shows, and answering it with a replica cost ~2 points of replica-hours on
   Mooncake for no attainment a user would see;
 - overflow feedback: more than `overflow_target` of the requests of the last `overflow_window_s` overflowed
-  (beyond sampling noise) adds replicas in proportion, kept for `token_stabilization_s`; the gateway
+  (beyond sampling noise), and of those of `overflow_budget_window_s` too (a busy window within the long-run
+  target is paid from the margin), adds replicas in proportion, kept for `token_stabilization_s`; the gateway
   overflows what the pool would serve late, so this is the shortage local attainment does not show. When
   the last replicas it added did not cut the share, the rest is overflow no pool serves: it stops there;
 - panic: demand >= `panic_threshold` x the ready replicas' capacity jumps at once and blocks scale-down for
@@ -234,6 +235,8 @@ def _overflow_feedback(st: ScalerState, p: AutoscalerPolicy, now: float, allow: 
     the smaller pool)."""
     target = allow if p.overflow_share > 0 else p.overflow_target
     share = overflow_short(st.spill, p, target)
+    if p.overflow_share == 0 and st.overflowed < target * st.arrived:
+        share = None  # within target over overflow_budget_window_s: a busy window is spent from the margin
     last = st.last_short if st.last_short and st.last_short[0] > now - p.token_stabilization_s else None
     if share is None:
         return 0, "", st
@@ -255,7 +258,7 @@ def _record_spill(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: f
         st = replace(st, spill=st.spill + ((now, signals.arrival_rate * signals.window_s,
                                             signals.overflow_rate * signals.window_s),))
     short = window(st.short, now, p.token_stabilization_s)
-    if short and st.last_short and signals.arrival_rate >= 0.5 * st.last_short[3]:
+    if short and st.last_short and signals.arrival_rate >= st.last_short[3]:
         st = replace(st, short=remember(st.short, now, max(short), p.token_stabilization_s))
     return st
 

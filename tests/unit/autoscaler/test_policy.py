@@ -290,3 +290,14 @@ def test_demand_within_the_scale_up_tolerance_holds_the_pool():
     hold = run(P, ScalerState(2), lambda t, n: sig(n, running=21, attainment=1.0), 0, 300)
     assert {d.replicas for d in hold} == {2}
     assert run(P, ScalerState(2), lambda t, n: sig(n, running=23, attainment=1.0), 0, 60)[-1].replicas == 3
+
+
+def test_a_busy_window_within_the_long_run_overflow_target_adds_nothing():
+    # 20 minutes at 1% overflow, then one window at 6%: the share spent over overflow_budget_window_s is still
+    # under the 3% target, so the busy window is paid from the margin; minutes more at 6% use it up and add.
+    state = run(P, ScalerState(2), lambda t, n: spill(n, 0.01), 0, 1200)[-1].state
+    busy = run(P, state, lambda t, n: spill(n, 0.06), 1205, 1325)
+    assert max(d.replicas for d in busy) == state.replicas
+    longer = run(P, busy[-1].state, lambda t, n: spill(n, 0.06), 1330, 2400)
+    assert longer[-1].replicas > state.replicas and "overflowed" in next(d.reason for d in longer if d.replicas >
+                                                                         state.replicas)
