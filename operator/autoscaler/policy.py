@@ -9,18 +9,13 @@ arriving, over `prefill_target` of a replica's rate, in the same units (one repl
 barely moves the requests in flight but fills the replicas' prefill. Replicas are sized so that each
 holds at most `target_concurrency` (and KV usage at most `kv_target`):
 - scale up on the demand averaged over `scale_up_window_s` (prompt tokens: on their peak over that window,
-  since prefill must keep up with bursts, not with their average, for TTFT) once it exceeds the pool's
-  target by more than `scale_up_tolerance`, at most `max_step_up` replicas per decision;
+  since prefill must keep up with bursts, not with their average, for TTFT), at most `max_step_up` replicas
+  per decision;
 - SLO feedback: attainment below target while requests queue or overflow adds a replica (when none is
   still starting, so a cold start is not answered by piling up more). "Below" means by more than
   `slo_noise_z` standard errors of the window's sample: at a 99% target one miss among 100 requests is
   what a pool exactly at target shows, and answering it with a replica cost ~2 points of replica-hours on
   Mooncake for no attainment a user would see;
-- overflow feedback: more than `overflow_target` of the requests of the last `overflow_window_s` overflowed
-  (beyond sampling noise), and of those of `overflow_budget_window_s` too (a busy window within the long-run
-  target is paid from the margin), adds replicas in proportion, kept for `token_stabilization_s`; the gateway
-  overflows what the pool would serve late, so this is the shortage local attainment does not show. When
-  the last replicas it added did not cut the share, the rest is overflow no pool serves: it stops there;
 - panic: demand >= `panic_threshold` x the ready replicas' capacity jumps at once and blocks scale-down for
   `panic_hold_s`; the first request seen while at zero replicas scales to one at once;
 - scale down only when no panic, attainment is at target, and the peak demand of the last
@@ -55,7 +50,6 @@ class AutoscalerPolicy:
     kv_target: float = 0.85
     slo_attainment: float = 0.99
     scale_up_window_s: float = 60.0
-    scale_up_tolerance: float = 0.1  # demand up to this share above the pool's target holds it
     max_step_up: int = 4
     panic_threshold: float = 2.0
     panic_hold_s: float = 60.0
@@ -71,8 +65,6 @@ class AutoscalerPolicy:
     prefill_tokens_per_s: float = 0.0  # a replica's prefill rate (0: demand in requests only)
     prefill_target: float = 0.5  # share of that rate a replica is sized to carry (TTFT headroom for bursts)
     token_stabilization_s: float = 900.0  # scale-down waits until this long's peak token demand fits
-    overflow_target: float = 0.03  # overflowed share of requests over overflow_window_s that shows a short pool
-    overflow_window_s: float = 120.0
 
     def __post_init__(self):
         problems = []
@@ -80,19 +72,17 @@ class AutoscalerPolicy:
             problems.append(f"need 0 <= min_replicas <= max_replicas and max_replicas >= 1 "
                             f"(got {self.min_replicas}, {self.max_replicas})")
         for name in ("interval_s", "target_concurrency", "kv_target", "panic_threshold", "scale_down_utilization",
-                     "assumed_request_s", "prefill_target", "token_stabilization_s", "overflow_window_s"):
+                     "assumed_request_s", "prefill_target", "token_stabilization_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0")
         if self.max_step_up < 1 or self.max_step_down < 1:
             problems.append("max_step_up and max_step_down must be >= 1")
         if not 0 <= self.overflow_share < 1:
             problems.append("overflow_share must be in [0, 1)")
-        if not 0 < self.overflow_target < 1:
-            problems.append("overflow_target must be in (0, 1)")
         if self.prefill_tokens_per_s < 0:
             problems.append("prefill_tokens_per_s must be >= 0")
-        if self.slo_noise_z < 0 or self.scale_up_tolerance < 0:
-            problems.append("slo_noise_z and scale_up_tolerance must be >= 0")
+        if self.slo_noise_z < 0:
+            problems.append("slo_noise_z must be >= 0")
         if self.overflow_budget_window_s <= 0:
             problems.append("overflow_budget_window_s must be > 0")
         if not 0 < self.slo_attainment <= 1:
@@ -113,10 +103,6 @@ class ScalerState:
     observed_since: float | None = None  # first tick: no scale-down before a full window was observed
     sizing: tuple[tuple[float, float], ...] = ()  # (time, demand the pool must hold) for scale-up
     tokens: tuple[tuple[float, float], ...] = ()  # (time, token demand) for scale-up
-    spill: tuple[tuple[float, float, float], ...] = ()  # (time, requests arrived, overflowed) per tick
-    short: tuple[tuple[float, int], ...] = ()  # (time, pool the overflow showed was needed)
-    # (time, pool, overflowed share, peak arrivals/s of its window) of the last such step
-    last_short: tuple[float, int, float, float] | None = None
     arrived: float = 0.0  # decayed request counts for the overflow share spent
     overflowed: float = 0.0
     last_tick: float | None = None
@@ -211,58 +197,6 @@ def short_of_slo(signals: Signals, p: AutoscalerPolicy) -> bool:
     return signals.attainment < p.slo_attainment - p.slo_noise_z * noise
 
 
-def overflow_short(spill, p: AutoscalerPolicy, target: float) -> float | None:
-    """The overflowed share of the requests in `spill` when it is above `target` by more than `slo_noise_z`
-    standard errors of that many requests (the pool is short), else None."""
-    arrived = sum(a for _, a, _ in spill)
-    if arrived <= 0:
-        return None
-    share = sum(o for _, _, o in spill) / arrived
-    noise = math.sqrt(target * (1 - target) / arrived)
-    return share if share > target + p.slo_noise_z * noise else None
-
-
-def _overflow_feedback(st: ScalerState, p: AutoscalerPolicy, now: float, allow: float) -> tuple[int, str, ScalerState]:
-    """Replicas to add for overflow above target (0: none), why, and the state remembering the step.
-
-    The gateway overflows what the pool would serve late, so local attainment stays high while the pool is
-    short: an overflowed share above target is that shortage. Bursts of long prompts with short answers add
-    almost nothing to the requests in flight, so this is the signal that sizes the pool for them; the pool it
-    asks for is kept for token_stabilization_s after a burst as busy as the one that asked last. Some
-    overflow no pool serves (a prompt whose prefill alone exceeds the gateway's TTFT limit): when the last
-    replicas added did not cut the share by a fifth, the rest is taken as that, and nothing more is added
-    until the share grows past it. The share is measured afresh after each step (the window before it saw
-    the smaller pool)."""
-    target = allow if p.overflow_share > 0 else p.overflow_target
-    share = overflow_short(st.spill, p, target)
-    if p.overflow_share == 0 and st.overflowed < target * st.arrived:
-        share = None  # within target over overflow_budget_window_s: a busy window is spent from the margin
-    last = st.last_short if st.last_short and st.last_short[0] > now - p.token_stabilization_s else None
-    if share is None:
-        return 0, "", st
-    if last and st.replicas > last[1] and share > 0.8 * last[2] and share < last[2] / 0.8:
-        return 0, "", st
-    more = max(1, math.ceil(st.replicas * (share - target) / (1 - share)))
-    want = min(st.replicas + more, p.max_replicas)
-    peak_rate = max(a for _, a, _ in st.spill) / p.interval_s
-    st = replace(st, short=remember(st.short, now, want, p.token_stabilization_s), spill=(),
-                 last_short=(now, st.replicas, share, peak_rate))
-    return more, f"overflowed {share:.1%} of requests over {p.overflow_window_s:g} s > {target:.1%}", st
-
-
-def _record_spill(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float) -> ScalerState:
-    """The tick's arrivals and overflow for the feedback (not while replicas start: those ticks show the pool
-    before the last step), and the pool overflow asked for kept alive while bursts as busy as its own recur."""
-    st = replace(st, spill=tuple(x for x in st.spill if x[0] > now - p.overflow_window_s))
-    if signals.starting == 0:
-        st = replace(st, spill=st.spill + ((now, signals.arrival_rate * signals.window_s,
-                                            signals.overflow_rate * signals.window_s),))
-    short = window(st.short, now, p.token_stabilization_s)
-    if short and st.last_short and signals.arrival_rate >= st.last_short[3]:
-        st = replace(st, short=remember(st.short, now, max(short), p.token_stabilization_s))
-    return st
-
-
 def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: float) -> Decision:
     p, cur = policy, state.replicas
     signals = replace(signals, attainment=service_attainment(signals, p))
@@ -277,7 +211,6 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
                  sizing=remember(state.sizing, now, sizing_of(signals, p, allow), p.scale_up_window_s),
                  tokens=remember(state.tokens, now, token_demand(signals, p) * (1 - allow),
                                  max(p.scale_up_window_s, p.token_stabilization_s)))
-    st = _record_spill(st, signals, p, now)
     idle_s = math.inf if last_busy is None else now - last_busy
     floor = max(p.min_replicas, 1)
     if p.min_replicas == 0 and p.scale_to_zero_after_s is not None and idle_s >= p.scale_to_zero_after_s:
@@ -286,16 +219,11 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     recent = window(st.sizing, now, p.scale_up_window_s)
     avg = max(sum(recent) / len(recent), max(window(st.tokens, now, p.scale_up_window_s)))
     kv_need = math.ceil(sum(signals.kv_usage) / p.kv_target)
-    # Tolerance, as HPA's: demand within scale_up_tolerance above the pool's target holds it (SLO and overflow
-    # feedback cover a pool that is short at its target); a hair over is no reason for a replica for a window.
-    by_demand = math.ceil(avg / p.target_concurrency)
-    if avg <= cur * p.target_concurrency * (1 + p.scale_up_tolerance):
-        by_demand = min(by_demand, cur)
-    want = max(by_demand, kv_need)
+    want = max(math.ceil(avg / p.target_concurrency), kv_need)
     reason = f"demand {avg:.1f} / target {p.target_concurrency:g} per replica"
     if p.overflow_share > 0:
         reason += f" (overflow allowed {allow:.1%} of requests)"
-    if kv_need > by_demand:
+    if kv_need > math.ceil(avg / p.target_concurrency):
         reason = f"KV usage {sum(signals.kv_usage):.2f} / target {p.kv_target:g} per replica"
     # With an overflow budget the gateway absorbs engine queues by overflowing: a shortage is requests held
     # or overflowed beyond the allowed share, not a transient queue on the engines.
@@ -305,10 +233,6 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.target_concurrency
     if short_of_slo(signals, p) and queued > 0 and signals.starting == 0 and want <= cur:
         want, reason = cur + 1, f"SLO attainment {signals.attainment:.3f} < {p.slo_attainment:g} while queued"
-    if signals.ready > 0 and signals.starting == 0 and want <= cur:
-        more, why, st = _overflow_feedback(st, p, now, allow)
-        if more:
-            want, reason = cur + more, why
 
     capacity = signals.ready * p.target_concurrency
     if demand > 0 and (signals.ready == 0 or demand >= p.panic_threshold * capacity):
@@ -361,9 +285,6 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
     if math.ceil(token_peak / (p.target_concurrency * p.scale_down_utilization)) > fits:
         fits = math.ceil(token_peak / (p.target_concurrency * p.scale_down_utilization))
         what = f"prompt tokens up to {token_peak:.1f} over {p.token_stabilization_s:g} s"
-    short = window(st.short, now, p.token_stabilization_s)
-    if short and max(short) > fits:
-        fits, what = max(short), f"overflow showed a need for {max(short)} replicas"
     fits = max(fits, math.ceil(sum(signals.kv_usage) / (p.kv_target * p.scale_down_utilization)))
     new = max(fits, cur - p.max_step_down, floor)
     if new >= cur:

@@ -5,9 +5,7 @@ simulator still applies the cold start, the gateway's overflow rule and the repl
 policy. Two families are swept: a pool one or two replicas below static peak with the drops placed by hand
 (small pools, where one replica is a large share), and pools that follow the trace's future arrival rate at
 a fixed rate per replica, asked for a cold start ahead (larger pools). The least replica-hours among the
-schedules meeting the targets bounds what any policy could reach on that trace. Every schedule starts from the
-policies' warm pool (the replicas beyond it start cold). A third family, `reactive`, knows only the past: it
-shows which targets no reacting pool of that kind reaches on a trace.
+schedules meeting the targets bounds what any policy could reach on that trace.
 Run: `python -P -m floodway.operator.simulator.bound [scenario] [--compress F] [--seed N]
 [--waiting-includes-prefill] [--no-prefill-backlog-ttft] [--overflow-ttft-factor X]`.
 """
@@ -46,48 +44,26 @@ def decide_schedule(state: ScalerState, signals, policy: Schedule, now: float) -
     return scaled(state, now, policy.at(now), "schedule")
 
 
-def run_schedule(trace: list[Request], schedule: Schedule, cfg: SimConfig, initial: int | None = None) -> Summary:
-    """One clairvoyant schedule with overflow on (cold starts and the gateway as configured). `initial`: the
-    replicas warm at the start (the policies' start, `compare.Sizing.initial`), so the schedule's first
-    replicas beyond it start cold like any policy's; None: all of its first count warm."""
-    warm = schedule.at(0.0) if initial is None else min(initial, schedule.at(0.0))
-    return summarize(simulate(trace, Scaler("schedule", decide_schedule, schedule, warm), overflow_enabled(cfg, True)))
-
-
-def _needs(trace: list[Request], per_replica_rps: float, window_s: float) -> list[int]:
-    """Replicas each `window_s` span's arrival rate needs at `per_replica_rps` (at least one)."""
-    if per_replica_rps <= 0 or window_s <= 0:
-        raise ValueError("a schedule needs a rate per replica > 0 and a window > 0")
-    counts = [0] * (int(trace[-1].arrival_s // window_s) + 1)
-    for r in trace:
-        counts[int(r.arrival_s // window_s)] += 1
-    return [max(1, math.ceil(c / window_s / per_replica_rps)) for c in counts]
-
-
-def _spans(want: list[int], window_s: float) -> Schedule:
-    starts = [i * window_s for i in range(len(want)) if i == 0 or want[i] != want[i - 1]]
-    return Schedule(tuple(starts), tuple(want[int(s // window_s)] for s in starts))
+def run_schedule(trace: list[Request], schedule: Schedule, cfg: SimConfig) -> Summary:
+    """One clairvoyant schedule with overflow on (cold starts and the gateway as configured)."""
+    return summarize(simulate(trace, Scaler("schedule", decide_schedule, schedule, schedule.at(0.0)),
+                              overflow_enabled(cfg, True)))
 
 
 def following(trace: list[Request], per_replica_rps: float, window_s: float, lead_s: float) -> Schedule:
     """A pool sized for the arrival rate of each `window_s` span at `per_replica_rps` (at least one replica),
     asked for `lead_s` ahead: the count at t is the largest need of the spans starting in [t, t + lead_s]."""
-    if lead_s < 0:
-        raise ValueError("following needs a lead >= 0")
-    need = _needs(trace, per_replica_rps, window_s)
+    if per_replica_rps <= 0 or window_s <= 0 or lead_s < 0:
+        raise ValueError("following needs a rate per replica > 0, a window > 0 and a lead >= 0")
+    spans = int(trace[-1].arrival_s // window_s) + 1
+    counts = [0] * spans
+    for r in trace:
+        counts[int(r.arrival_s // window_s)] += 1
+    need = [max(1, math.ceil(c / window_s / per_replica_rps)) for c in counts]
     ahead = math.ceil(lead_s / window_s)
-    return _spans([max(need[i:i + ahead + 1]) for i in range(len(need))], window_s)
-
-
-def trailing(trace: list[Request], per_replica_rps: float, window_s: float, hold_s: float,
-             initial: int) -> Schedule:
-    """What a reactive policy can ask for: at t, the largest need of the spans that ended within the last
-    `hold_s` (`initial` before any has ended); like every request for replicas, it waits a cold start."""
-    if hold_s <= 0 or initial < 1:
-        raise ValueError("trailing needs a hold > 0 and an initial pool >= 1")
-    need = _needs(trace, per_replica_rps, window_s)
-    back = math.ceil(hold_s / window_s)
-    return _spans([max(need[max(0, i - back):i], default=initial) for i in range(len(need))], window_s)
+    want = [max(need[i:i + ahead + 1]) for i in range(spans)]
+    starts = [i * window_s for i in range(spans) if i == 0 or want[i] != want[i - 1]]
+    return Schedule(tuple(starts), tuple(want[int(s // window_s)] for s in starts))
 
 
 def near_peak(peak: int, end_s: float) -> list[tuple[str, Schedule]]:
@@ -103,14 +79,6 @@ def near_peak(peak: int, end_s: float) -> list[tuple[str, Schedule]]:
                 (f", {peak - 2} from {drop_at:.1f} min" if drop_at < end_min else "")
             out.append((name, Schedule(tuple(starts), tuple(counts))))
     return out
-
-
-def reactive(trace: list[Request], peak: int, initial: int) -> list[tuple[str, Schedule]]:
-    """Trailing pools at 0.5x..1.4x the static peak's rate per replica, holding the past 15 or 30 min."""
-    base = rate_stats(trace, 60.0)[1] / peak
-    return [(f"trail {base * k / 10:.2f} req/s per replica, hold {hold_s:g} s",
-             trailing(trace, base * k / 10, 30.0, hold_s, initial))
-            for hold_s in (900.0, 1800.0) for k in (5, 7, 10, 14)]
 
 
 def rate_following(trace: list[Request], peak: int, lead_s: float) -> list[tuple[str, Schedule]]:
@@ -156,8 +124,7 @@ def main(argv: list[str]) -> None:
                    waiting_includes_prefill=a.waiting_includes_prefill, overflow_ttft_factor=a.overflow_ttft_factor,
                    ttft_from_prefill_backlog=not a.no_prefill_backlog_ttft)
     trace, cfg, ours, _, title = prepare(opts)
-    sizing = size(trace, cfg, ours.slo_attainment)
-    peak = sizing.static_peak
+    peak = size(trace, cfg, ours.slo_attainment).static_peak
     peak_hours = peak * trace[-1].arrival_s / 3600.0
     title = f"{a.scenario} with --compress {a.compress:g}" if a.compress else title
     print(f"{title}: {trace[-1].arrival_s / 60:.1f} min, "
@@ -165,7 +132,7 @@ def main(argv: list[str]) -> None:
     print("| schedule | SLO attainment | overflow | replica-hours | vs static peak |\n|---|---|---|---|---|")
     results = []
     for name, schedule in schedules(trace, peak, cfg.cold_start_s):
-        s = run_schedule(trace, schedule, cfg, sizing.initial)
+        s = run_schedule(trace, schedule, cfg)
         results.append((name, s))
         share = s.replica_hours / peak_hours
         print(f"| {name} | {s.attainment:.2%} | {s.overflow_share:.2%} | {s.replica_hours:.3f} | {share:.1%}"

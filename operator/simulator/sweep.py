@@ -1,7 +1,5 @@
 """`floodway simulate --sweep`: our policy against the clairvoyant bound and the baselines over the trace family
-(scenarios.FAMILY) and seeds, one table, with issue 15's targets checked per row. Each row also shows what
-pools that know only the past reach (bound.reactive): where none of them keeps overflow within 5%, that
-target is out of reach of reacting, and only warm headroom bought with replica-hours (or foresight) meets it."""
+(scenarios.FAMILY) and seeds, one table, with issue 15's targets checked per row."""
 
 from dataclasses import dataclass
 
@@ -23,10 +21,6 @@ class Row:
     ours: Summary
     bound_hours: float | None  # None: no clairvoyant schedule met 99% with <= 5% overflow
     baselines: dict[str, Summary]
-    # Reactive schedules (bound.reactive: pools that know only the past): the least replica-hours meeting 99%
-    # with <= 5% overflow (None: none did), and the least overflow of those meeting 99%.
-    reactive_hours: float | None = None
-    reactive_overflow: float | None = None
 
     def misses(self) -> list[str]:
         """The targets this row misses (empty: all hold)."""
@@ -49,17 +43,11 @@ def run_one(scenario: str, seed: int, base: Options) -> Row:
     sizing = compare.size(trace, cfg, ours.slo_attainment)
     _, results = compare.run(trace, [OURS, *BASELINES], cfg, ours, sizing)
     sums = {r.name: summarize(r) for r in results}
-    # The bound starts from the same warm pool as every policy: no schedule has more before a cold start.
-    schedules = [(n, bound.run_schedule(trace, s, cfg, sizing.initial))
+    schedules = [(n, bound.run_schedule(trace, s, cfg))
                  for n, s in bound.schedules(trace, sizing.static_peak, cfg.cold_start_s)]
     best = bound.best_schedule(schedules)
-    reactive = [(n, bound.run_schedule(trace, s, cfg, sizing.initial))
-                for n, s in bound.reactive(trace, sizing.static_peak, sizing.initial)]
-    best_reactive = bound.best_schedule(reactive)
-    served = [s.overflow_share for _, s in reactive if s.attainment >= bound.ATTAINMENT]
     return Row(scenario, seed, len(trace), sums[OURS], best[1].replica_hours if best else None,
-               {b: sums[b] for b in BASELINES}, best_reactive[1].replica_hours if best_reactive else None,
-               min(served, default=None))
+               {b: sums[b] for b in BASELINES})
 
 
 def rows(base: Options, seeds=range(5), scenarios=FAMILY):
@@ -73,13 +61,11 @@ def render(row: Row) -> str:
     ratio = f"{o.replica_hours / row.bound_hours:.2f}x" if row.bound_hours else "no bound"
     base = " | ".join(f"{b.attainment:.1%} / {b.replica_hours:.2f}" for b in row.baselines.values())
     misses = row.misses()
-    hours = "-" if row.reactive_hours is None else f"{row.reactive_hours:.2f}"
-    least = "-" if row.reactive_overflow is None else f"{row.reactive_overflow:.1%}"
     return (f"| {row.scenario} | {row.seed} | {row.requests} | {o.attainment:.2%} | {o.overflow_share:.1%} | "
-            f"{o.replica_hours:.2f} | {row.bound_hours or float('nan'):.2f} | {ratio} | {hours} / {least} | "
-            f"{base} | {'yes' if not misses else 'no: ' + ', '.join(misses)} |")
+            f"{o.replica_hours:.2f} | {row.bound_hours or float('nan'):.2f} | {ratio} | {base} | "
+            f"{'yes' if not misses else 'no: ' + ', '.join(misses)} |")
 
 
 HEADER = ("| scenario | seed | requests | attainment | overflow | replica-hours | bound | vs bound | "
-          "reactive hours / least overflow | " + " | ".join(f"{b} att. / hours" for b in BASELINES) + " | targets |\n"
-          + "|---" * (10 + len(BASELINES)) + "|")
+          + " | ".join(f"{b} att. / hours" for b in BASELINES) + " | targets |\n"
+          + "|---" * (9 + len(BASELINES)) + "|")

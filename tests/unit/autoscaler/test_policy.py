@@ -160,7 +160,7 @@ def test_overflow_beyond_the_allowed_share_scales_up():
 def test_overspent_budget_allows_less_overflow():
     # An hour at 8% overflow (over the 5% share): the allowed share falls, so 8% is now a shortage.
     s = lambda t, n: sig(3, running=30, attainment=1.0, arrival_rate=10.0, finished_rate=9.2,  # noqa: E731
-                         overflow_rate=0.8, window_s=5.0)
+                         overflow_rate=0.8)
     ds = run(B, ScalerState(3), s, 0, 3600)
     assert ds[0].replicas == 3 and ds[-1].replicas > 3
 
@@ -241,63 +241,3 @@ def test_the_last_bursts_of_prompt_tokens_hold_the_pool_for_the_token_stabilizat
     quiet = run(TOKENS, ds[-1].state, lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=100.0),
                 3605, 3605 + TOKENS.token_stabilization_s + 300)
     assert quiet[-1].replicas < 4
-
-
-def spill(ready, share, rate=10.0, **kw):
-    """A 5 s tick with `share` of `rate` req/s overflowed; the local pool meets its SLO and shows no demand."""
-    return sig(ready, running=2, attainment=1.0, arrival_rate=rate, overflow_rate=rate * share,
-               finished_rate=rate * (1 - share), window_s=5.0, **kw)
-
-
-def test_overflow_above_target_adds_replicas_that_requests_in_flight_do_not_ask_for():
-    # 20% of 10 req/s overflowed for a whole window: local attainment is perfect (the gateway sent away what
-    # would have been late) and 2 requests in flight ask for nothing, yet the pool is short.
-    ds = run(P, ScalerState(2), lambda t, n: spill(2, 0.2), 0, 60)
-    up = next(d for d in ds if d.replicas > 2)
-    assert "overflowed" in up.reason and up.replicas == 3  # 2 x (20% - 3%) / 80%: one replica
-    # At the target, or above it by less than sampling noise (50 requests), it adds nothing.
-    assert max(d.replicas for d in run(P, ScalerState(2), lambda t, n: spill(2, 0.02), 0, 300)) == 2
-    assert decide(ScalerState(2), spill(2, 0.05, rate=1.0), P, 0).replicas == 2
-    # A replica still starting is not answered by more.
-    assert decide(ScalerState(3), spill(2, 0.2, starting=1), P, 0).replicas == 3
-
-
-def test_overflow_that_replicas_do_not_cut_stops_adding_them():
-    # 10% overflow at any pool size (prompts too long for the TTFT limit on any replica): the first step adds
-    # replicas, the next sees the same share at the larger pool and adds no more, instead of ratcheting up.
-    ds = run(P, ScalerState(2), lambda t, n: spill(n, 0.1), 0, 600)
-    assert {d.replicas for d in ds} == {3}, [d.reason for d in ds if not d.reason.startswith("hold")]
-
-
-def test_the_pool_overflow_asked_for_is_held_for_the_token_stabilization_window():
-    # A 20 s burst every 5 minutes, nothing between; a pool below 4 replicas overflows 30% of a burst: the pool
-    # overflow asked for holds through the quiet spells (no flapping), and steps down once bursts stop for
-    # longer than the window.
-    def bursts(t, n):
-        burst = t % 300 < 20
-        return spill(n, 0.3 if burst and n < 4 else 0.0, rate=30.0 if burst else 0.5)
-    ds = run(P, ScalerState(2), bursts, 0, 1800)
-    first = next(i for i, d in enumerate(ds) if d.replicas > 2)
-    assert min(d.replicas for d in ds[first:]) == ds[first].replicas
-    changes = sum(1 for a, b in zip(ds, ds[1:], strict=False) if a.replicas != b.replicas)
-    assert changes <= 3, [d.reason for d in ds if not d.reason.startswith("hold")]
-    quiet = run(P, ds[-1].state, lambda t, n: spill(n, 0.0, rate=0.5), 1805, 1805 + P.token_stabilization_s + 300)
-    assert quiet[-1].replicas < ds[-1].replicas
-
-
-def test_demand_within_the_scale_up_tolerance_holds_the_pool():
-    # 2 replicas at target 10: 21 in flight (5% over) holds, 23 (15% over) adds one. Hysteresis on the way up.
-    hold = run(P, ScalerState(2), lambda t, n: sig(n, running=21, attainment=1.0), 0, 300)
-    assert {d.replicas for d in hold} == {2}
-    assert run(P, ScalerState(2), lambda t, n: sig(n, running=23, attainment=1.0), 0, 60)[-1].replicas == 3
-
-
-def test_a_busy_window_within_the_long_run_overflow_target_adds_nothing():
-    # 20 minutes at 1% overflow, then one window at 6%: the share spent over overflow_budget_window_s is still
-    # under the 3% target, so the busy window is paid from the margin; minutes more at 6% use it up and add.
-    state = run(P, ScalerState(2), lambda t, n: spill(n, 0.01), 0, 1200)[-1].state
-    busy = run(P, state, lambda t, n: spill(n, 0.06), 1205, 1325)
-    assert max(d.replicas for d in busy) == state.replicas
-    longer = run(P, busy[-1].state, lambda t, n: spill(n, 0.06), 1330, 2400)
-    assert longer[-1].replicas > state.replicas and "overflowed" in next(d.reason for d in longer if d.replicas >
-                                                                         state.replicas)

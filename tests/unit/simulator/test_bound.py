@@ -2,7 +2,7 @@
 
 import pytest
 from floodway.operator.simulator import bound
-from floodway.operator.simulator.bound import Schedule, following, main, near_peak, run_schedule, trailing
+from floodway.operator.simulator.bound import Schedule, following, main, near_peak, run_schedule
 from floodway.operator.simulator.des import SimConfig
 from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.simulator.traces import steps
@@ -46,26 +46,6 @@ def test_following_sizes_each_span_for_its_rate_and_asks_a_lead_ahead():
     assert following(tr, per_replica_rps=30.0, window_s=60.0, lead_s=0.0).counts == (1,)  # at least one replica
     with pytest.raises(ValueError, match="rate per replica"):
         following(tr, per_replica_rps=0.0, window_s=60.0, lead_s=0.0)
-
-
-def test_trailing_asks_for_what_the_past_spans_needed_and_holds_it():
-    tr = steps([2, 8, 2], step_s=180, seed=3)
-    s = trailing(tr, per_replica_rps=3.0, window_s=60.0, hold_s=120.0, initial=2)
-    # The start pool until a span has ended; the busy spans (180-360 s) show only once they have ended.
-    assert s.at(0) == 2 and s.at(60) == 1 and s.at(200) == 1 and s.at(240) == 3
-    assert s.at(400) == 3 and s.at(480) == 1  # held for 120 s after the last busy span ended
-    with pytest.raises(ValueError, match="hold"):
-        trailing(tr, per_replica_rps=3.0, window_s=60.0, hold_s=0.0, initial=1)
-
-
-def test_a_schedule_starts_from_the_policies_warm_pool():
-    # All of a 3-replica schedule warm at 0 serves the first burst; from one warm replica (the start every
-    # policy gets), the other two come a cold start later, and the burst in between overflows.
-    tr = steps([8, 2], step_s=120, seed=3)
-    warm = run_schedule(tr, Schedule((0.0,), (3,)), CFG)
-    cold = run_schedule(tr, Schedule((0.0,), (3,)), CFG, initial=1)
-    assert cold.overflow_share > warm.overflow_share
-    assert run_schedule(tr, Schedule((0.0,), (3,)), CFG, initial=5) == warm  # never more than the schedule asks
 
 
 def test_near_peak_schedules_stay_valid_on_a_trace_shorter_than_their_drops():

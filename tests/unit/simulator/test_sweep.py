@@ -16,9 +16,3 @@ def test_a_row_names_each_target_it_misses():
     bad = Row("spiky", 1, 100, summary("ours", 0.98, 2.5, 0.08), 2.0, {"keda": keda, "hpa": summary("hpa", 0.7, 1.0)})
     assert bad.misses() == ["attainment 98.00%", "overflow 8.0%", "replica-hours vs bound", "vs hpa"]
     assert Row("x", 0, 1, summary("ours", 1.0, 1.0), None, {}).misses() == ["replica-hours vs bound"]  # no bound
-
-
-def test_a_row_shows_what_the_reactive_schedules_reached():
-    row = Row("spiky", 1, 100, summary("ours", 1.0, 2.0, 0.06), None, {}, None, 0.055)
-    assert "| - / 5.5% |" in render(row)  # no reactive pool met <= 5% overflow; the least was 5.5%
-    assert "| 1.90 / 2.0% |" in render(Row("diurnal", 0, 100, summary("ours", 1.0, 2.0), 1.8, {}, 1.9, 0.02))
