@@ -27,7 +27,7 @@ HOSTILE = [
     (CMPL, b'{' + M + b'"prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}", None, "digits"),
     (CMPL, b'{' + M + b'"prompt": "hi", "temperature": NaN}', "temperature", "finite"),
     (CMPL, b'{' + M + b'"prompt": "hi", "logprobs": 6}', "logprobs", "less than or equal to 5"),
-    (CMPL, b'{' + M + b'"prompt": "hi", "n": 2}', "n", "n=1"),
+    (CMPL, b'{' + M + b'"prompt": "hi", "n": 0}', "n", "greater than or equal to 1"),
     (CHAT, b'{' + M + b'"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}', "top_logprobs",
      "needs logprobs"),
     (CHAT, b'{' + M + b'"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", '

@@ -88,7 +88,9 @@ def test_killed_engine_loses_no_request_that_had_not_started_streaming(engines, 
                                                 str(port), "--max-num-seqs", "2"], port, timeout_s=300,
                          log_path=str(tmp_path_factory.mktemp("victim") / "engine.log"))
     try:
-        gw = gateway({"backends": {"static": [victim.url, survivor.url]}, "scrape_interval_s": 0.2})
+        # Load-only routing: every request shares one prompt, which prefix-aware routing would keep on its holder.
+        gw = gateway({"backends": {"static": [victim.url, survivor.url]}, "scrape_interval_s": 0.2,
+                      "routing": {"prefix_aware": False}})
         plain = {"model": MODEL, "prompt": "a long night", "max_tokens": 16}
 
         async def run():
@@ -101,6 +103,8 @@ def test_killed_engine_loses_no_request_that_had_not_started_streaming(engines, 
                     if next(b for b in state["backends"] if b["id"] == victim.url)["in_flight"] >= 3:
                         break
                     await asyncio.sleep(0.05)  # polling period; the deadline bounds the wait
+                else:
+                    raise AssertionError("the victim never held 3 requests")
             victim.kill()
             return await load
 
