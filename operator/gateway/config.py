@@ -105,12 +105,12 @@ class Overflow(_Strict):
     model: str | None = Field(None, description="Model name sent to the overflow API (default: the client's).")
     api_key_env: str | None = None
     api_key_file: str | None = None
-    max_waiting_per_replica: float = Field(4.0, gt=0)
-    predicted_ttft_factor: float = Field(1.0, gt=0)
+    max_waiting_per_replica: float = Field(OverflowPolicy.max_waiting_per_replica, gt=0)
+    predicted_ttft_factor: float = Field(OverflowPolicy.predicted_ttft_factor, gt=0)
     max_requests_per_minute: float | None = Field(None, ge=0)
     max_tokens_per_minute: float | None = Field(None, ge=0)
-    hold_queue_size: int = Field(64, ge=0)
-    hold_timeout_s: float = Field(10.0, ge=0)
+    hold_queue_size: int = Field(OverflowPolicy.hold_queue_size, ge=0)
+    hold_timeout_s: float = Field(OverflowPolicy.hold_timeout_s, ge=0)
     connect_timeout_s: float = Field(2.0, gt=0)
     first_byte_timeout_s: float = Field(30.0, gt=0, description="A slower first byte counts as a failure.")
     breaker: Breaker = Field(default_factory=Breaker)

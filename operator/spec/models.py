@@ -6,6 +6,7 @@ import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from floodway.operator.autoscaler.policy import AutoscalerPolicy
+from floodway.operator.gateway.overflow import OverflowPolicy
 from floodway.operator.runtimes import RUNTIMES
 from floodway.operator.spec.base import Rule, SpecModel
 from floodway.operator.spec.model_source import MODELS_DIR, CacheClaim, ModelClaim, ModelShapeSpec
@@ -258,7 +259,7 @@ class OverflowSpec(SpecModel):
     """Model name sent to the external API; defaults to the served model name."""
     api_key_secret_ref: SecretKeyRef | None = None
     """Secret key holding the external API key; pods read it as an environment variable."""
-    max_waiting_per_replica: float = Field(8, ge=0)
+    max_waiting_per_replica: float = Field(OverflowPolicy.max_waiting_per_replica, ge=0)
     """Queued requests per ready replica above which new requests overflow."""
     max_requests_per_minute: int | None = Field(None, ge=0)
     """Budget of overflowed requests per minute."""

@@ -1,4 +1,5 @@
 import pytest
+from floodway.operator.gateway.overflow import OverflowPolicy
 from floodway.operator.render import Images, Owner, clamp_replicas, render, service_url
 from floodway.operator.render.engine import engine_args
 from floodway.operator.render.gateway import API_KEY_ENV, cluster_gateway_config
@@ -96,7 +97,7 @@ def test_overflow_key_only_as_secret_reference():
     env = objs[("Deployment", "chat-gateway")]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env == [{"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": "overflow-key", "key": "api-key"}}}]
     config = cluster_gateway_config(spec(overflow=OVERFLOW), OWNER)
-    assert config["overflow"] == {"enabled": True, "max_waiting_per_replica": 8.0,
+    assert config["overflow"] == {"enabled": True, "max_waiting_per_replica": OverflowPolicy.max_waiting_per_replica,
                                   "base_url": "https://api.example.com/v1", "model": "small",
                                   "api_key_env": API_KEY_ENV, "max_requests_per_minute": 600}
     assert config["backends"] == {"kubernetes": {"namespace": "team", "service": "chat-engine", "port": "http"}}
