@@ -81,17 +81,22 @@ def test_client_auth_with_bearer_tokens(engines, gateway, tmp_path):
     assert httpx.get(gw.url + "/metrics").status_code == 200  # scrapes and probes need no token
 
 
-def test_killed_engine_loses_no_request_that_had_not_started_streaming(engines, gateway, tmp_path_factory, metric):
-    survivor = engines[0]
-    port = procs.free_port()
-    victim = procs.start(procs.FLOODWAY_ARGV + ["engine", "--model", MODEL, "--host", "127.0.0.1", "--port",
-                                                str(port), "--max-num-seqs", "2"], port, timeout_s=300,
-                         log_path=str(tmp_path_factory.mktemp("victim") / "engine.log"))
+def test_killed_engine_loses_no_request_that_had_not_started_streaming(gateway, tmp_path_factory, metric):
+    """Queues by configuration: two slow engines (two sequences each, each step at least 100 ms) get more than
+    they can run, so requests wait on the victim when it is killed, whatever the machine's speed."""
+    def slow_engine(name):
+        port = procs.free_port()
+        return procs.start(procs.FLOODWAY_ARGV + ["engine", "--model", MODEL, "--host", "127.0.0.1", "--port",
+                                                  str(port), "--max-num-seqs", "2", "--step-delay-ms", "100"],
+                           port, timeout_s=300, log_path=str(tmp_path_factory.mktemp(name) / "engine.log"))
+
+    survivor = slow_engine("survivor")
+    victim = slow_engine("victim")
     try:
         # Load-only routing: every request shares one prompt, which prefix-aware routing would keep on its holder.
         gw = gateway({"backends": {"static": [victim.url, survivor.url]}, "scrape_interval_s": 0.2,
                       "routing": {"prefix_aware": False}})
-        plain = {"model": MODEL, "prompt": "a long night", "max_tokens": 16}
+        plain = {"model": MODEL, "prompt": "a long night", "max_tokens": 16, "ignore_eos": True}
 
         async def run():
             load = asyncio.gather(send_at_rate(gw.url + "/v1/completions", plain, 16, 8),
@@ -111,6 +116,7 @@ def test_killed_engine_loses_no_request_that_had_not_started_streaming(engines, 
         plain_results, stream_results = asyncio.run(run())
     finally:
         victim.kill()
+        survivor.kill()
     assert all(r.status == 200 for r in plain_results), [(r.status, r.error, r.body[:300]) for r in plain_results
                                                          if r.status != 200]
     for r in stream_results:  # a stream either completes or, if its backend died mid-way, ends with an error
