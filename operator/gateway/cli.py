@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import typer
+
+
+@contextlib.contextmanager
+def _exit_2_on_value_error():
+    """A bad config or argument: its message on stderr and exit status 2, no traceback."""
+    try:
+        yield
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -21,12 +33,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from floodway.operator.gateway.config import load_config
 
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        try:
+        with _exit_2_on_value_error():
             cfg = load_config(config)
             application = create_app(cfg)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
         uvicorn.run(application, host=host or cfg.host, port=cfg.port if port is None else port,
                     log_level=log_level, access_log=False, timeout_graceful_shutdown=15,
                     loop="uvloop", http="httptools", proxy_headers=False)  # the fastest pair; no proxy rewrite
@@ -42,11 +51,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         """Added latency (p50/p99) and throughput through the gateway against direct access, same run."""
         from floodway.operator.gateway.bench import run_bench
 
-        try:
+        with _exit_2_on_value_error():
             typer.echo(run_bench(rate, duration, model, max_tokens))
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
 
     @bench_app.command("routing")
     def bench_routing(
@@ -65,9 +71,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         single-engine bound, TTFT p50/p99 and per-engine spread, on Mooncake-shaped and unshared traffic."""
         from floodway.operator.gateway.bench_routing import run_bench as run_routing
 
-        try:
+        with _exit_2_on_value_error():
             typer.echo(run_routing(engines, conversations, rate, kv_blocks, max_tokens, step_delay_ms,
                                    max_num_batched_tokens, max_num_seqs, max_blocks, model))
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
