@@ -1,4 +1,4 @@
-"""The FastAPI app: OpenAI routes, probes and metrics. Thin: parsing and shaping live in protocol.py and
+"""The FastAPI app: OpenAI routes, probes and metrics. Thin: parsing and shaping live in protocol.py, responses.py and
 serving.py, the engine behind frontend.py and engine_loop.py, the state in state.py."""
 
 import asyncio
@@ -14,10 +14,9 @@ from floodway.engine.server.batch import MergedOutputs
 from floodway.engine.server.body_limit import BodyLimit
 from floodway.engine.server.errors import APIError
 from floodway.engine.server.frontend import Rejected
-from floodway.engine.server.protocol import (
-    ChatCompletionRequest,
+from floodway.engine.server.protocol import ChatCompletionRequest, CompletionRequest
+from floodway.engine.server.responses import (
     ChatCompletionResponse,
-    CompletionRequest,
     CompletionResponse,
     ErrorResponse,
     ModelCard,

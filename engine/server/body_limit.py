@@ -3,7 +3,7 @@ gateway (which reads bodies itself on its hot path) share them."""
 
 import json
 
-from floodway.engine.server.protocol import ErrorInfo, ErrorResponse
+from floodway.engine.server.responses import ErrorInfo, ErrorResponse
 
 
 class BodyTooLarge(Exception):

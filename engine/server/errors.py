@@ -10,7 +10,7 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from floodway.engine.server.protocol import ErrorInfo, ErrorResponse
+from floodway.engine.server.responses import ErrorInfo, ErrorResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("floodway.engine.server")

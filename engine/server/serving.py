@@ -12,12 +12,12 @@ from floodway.engine.outputs import final_choices
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.server import constraints, tools
 from floodway.engine.server.errors import APIError, bad_request, param_of
-from floodway.engine.server.protocol import (
+from floodway.engine.server.protocol import ChatCompletionRequest
+from floodway.engine.server.responses import (
     AssistantMessage,
     ChatChoice,
     ChatChunkChoice,
     ChatCompletionChunk,
-    ChatCompletionRequest,
     ChatCompletionResponse,
     ChatLogprobs,
     CompletionChoice,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import jinja2
 import jinja2.meta
 from floodway.engine.server.errors import bad_request
-from floodway.engine.server.protocol import DeltaFunctionCall, DeltaToolCall, FunctionCall, ToolCall
+from floodway.engine.server.responses import DeltaFunctionCall, DeltaToolCall, FunctionCall, ToolCall
 from floodway.engine.structured import StructuredSpec
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
