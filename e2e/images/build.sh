@@ -113,7 +113,7 @@ for f in "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do [ -n "$f" ]
 build_one() {  # name dockerfile variant tar
   local name=$1 dockerfile=$2 variant=$3 tar=$4 ref="floodway/$1:$version" started=$SECONDS
   local args=(--network host -f "$repo/$dockerfile" --build-arg "BASE_IMAGE=$base" -t "$ref"
-              --label "org.opencontainers.image.version=$version")
+              --label "org.opencontainers.image.version=$version" --label "$OUR_LABEL=$name")
   [ "$variant" = - ] || args+=(--build-arg "VARIANT=$variant")
   # The host's CA bundle reaches pip as a build secret: used during the build, never stored in a layer.
   [ -z "$ca_bundle" ] || args+=(--secret "id=ca,src=$ca_bundle")
@@ -150,6 +150,15 @@ b'{\"model\":\"floodway/tiny-llama\",\"prompt\":\"hi\",\"max_tokens\":4}', {'con
   die "$ref did not serve on a read-only root filesystem"
 }
 
+# What a rebuild leaves behind: the image the tag moved from, and build cache records this run did not use (the
+# dependency layer of an older lock). Each is 5 GB for the engine; the wheels cache mount stays.
+OUR_LABEL=io.floodway.image
+run_started=$(date +%s)
+prune() {
+  "$docker_cli" image prune -f --filter "label=$OUR_LABEL" > /dev/null
+  "$docker_cli" builder prune -f --filter type=regular --filter "until=$(($(date +%s) - run_started + 60))s" > /dev/null 2>&1
+}
+
 for spec in "${images[@]}"; do
   read -r name dockerfile variant <<< "$spec"
   tar=$(tar_of "$name" "$dockerfile" "$variant")
@@ -161,6 +170,7 @@ for spec in "${images[@]}"; do
   build_one "$name" "$dockerfile" "$variant" "$tar"
   log "built:  $(cat "$tar.info")"
 done
+[ -z "$docker_cli" ] || prune
 
 echo "FLOODWAY_IMAGE_ENGINE=floodway/engine-cpu:$version"
 echo "FLOODWAY_IMAGE_ENGINE_TAR=$(tar_of engine-cpu docker/engine.Dockerfile cpu)"
