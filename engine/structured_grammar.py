@@ -7,14 +7,22 @@ next-token masks and advancing the states of a batch following a JSON schema cos
 in every run (15-78 us per token, by the machine's load), llguidance 2-13x that, outlines-core 13-160x.
 llguidance builds a new schema's grammar faster (lazily), a once-per-schema cost that the compile cache here
 pays once, while the mask is paid on every token. xgrammar needs no triton at run time (the CPU image drops it).
+It is imported on the first constrained request: an engine that never gets one runs without it (e2e/gpu/check.sh
+runs the engine where only torch and transformers are installed) and skips indexing the vocabulary for it.
 """
+
+from __future__ import annotations
 
 import json
 import re
+import threading
+from typing import TYPE_CHECKING
 
 import torch
-import xgrammar as xgr
 from floodway.engine.structured import StructuredSpec
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 _CPP_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[23:02:10] /project/cpp/x.cc:94: " before each message
 
@@ -23,16 +31,26 @@ class Grammars:
     """One tokenizer's grammar compiler (thread-safe, cached per spec) and the batch's token bitmask."""
 
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids: list[int]):
-        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
-                                                  stop_token_ids=sorted(stop_token_ids))
-        self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_limit_bytes=256 << 20)
+        self._tokenizer, self._stop_token_ids = tokenizer, sorted(stop_token_ids)
+        self._lock = threading.Lock()  # admission compiles in several threads; one builds the compiler
+        self._compiler: xgr.GrammarCompiler | None = None
         self.vocab_size = vocab_size
-        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        self._bitmask: torch.Tensor | None = None
+
+    def _get_compiler(self) -> xgr.GrammarCompiler:
+        with self._lock:
+            if self._compiler is None:
+                xgr = _xgr()
+                info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self.vocab_size,
+                                                          stop_token_ids=self._stop_token_ids)
+                self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_limit_bytes=256 << 20)
+        return self._compiler
 
     def compile(self, spec: StructuredSpec) -> xgr.CompiledGrammar:
         """Raises ValueError with the compiler's message for a schema, pattern or grammar it cannot take, and for
         one that allows no first token (`root ::= root`, `{"anyOf": []}`): nothing could be sampled."""
         compiled = self._compile(spec)
+        xgr = _xgr()
         first = xgr.allocate_token_bitmask(1, self.vocab_size)
         xgr.GrammarMatcher(compiled).fill_next_token_bitmask(first, 0)
         if not bool(first.any()):
@@ -41,7 +59,7 @@ class Grammars:
 
     def _compile(self, spec: StructuredSpec) -> xgr.CompiledGrammar:
         spec.validate()
-        c, text = self._compiler, spec.payload_text()
+        c, text = self._get_compiler(), spec.payload_text()
         try:
             if spec.kind in ("json_object", "json_schema"):
                 # Compact separators: free whitespace lets a small model loop on newlines and indents.
@@ -57,14 +75,15 @@ class Grammars:
 
     def matcher(self, spec: StructuredSpec) -> xgr.GrammarMatcher:
         """Fresh state for one sequence (it consumes each token the sequence samples); the spec passed compile()."""
-        return xgr.GrammarMatcher(self._compile(spec))
+        return _xgr().GrammarMatcher(self._compile(spec))
 
     def mask(self, logits: torch.Tensor, matchers: list) -> None:
         """Sets to -inf, in place, each row's logits of tokens its matcher (None: unconstrained) forbids."""
         rows = [i for i, m in enumerate(matchers) if m is not None]
         if not rows:
             return
-        if self._bitmask.shape[0] < len(matchers):
+        xgr = _xgr()
+        if self._bitmask is None or self._bitmask.shape[0] < len(matchers):
             self._bitmask = xgr.allocate_token_bitmask(len(matchers), self.vocab_size)
         for i in rows:
             matchers[i].fill_next_token_bitmask(self._bitmask, i)
@@ -76,6 +95,12 @@ def advance(matcher: xgr.GrammarMatcher, token: int) -> bool:
     """Feeds a sampled token to the sequence's matcher; True once the output must end: the grammar is complete (a
     stop token taken), or it had allowed nothing (a dead end no check at admission finds) and the token is refused."""
     return not matcher.accept_token(token) or matcher.is_terminated()
+
+
+def _xgr():
+    import xgrammar
+
+    return xgrammar
 
 
 def _ebnf_string(s: str) -> str:
