@@ -5,9 +5,10 @@ gateway, and the concurrency sent to the overflow API (overflow rate x observed 
 so overflow is paid back by local replicas instead of hiding the shortage. With `prefill_tokens_per_s` (a
 replica's prefill rate, from the engine profile) demand is also counted in tokens: the prompt tokens/s
 arriving, over `prefill_target` of a replica's rate, in the same units (one replica's worth is
-`target_concurrency`), and the larger of the two counts. A stream of 2k-token prompts with 13-token answers
+`per_replica`), and the larger of the two counts. A stream of 2k-token prompts with 13-token answers
 barely moves the requests in flight but fills the replicas' prefill. Replicas are sized so that each
-holds at most `target_concurrency` (and KV usage at most `kv_target`):
+holds at most `per_replica` requests in flight: `target_concurrency`, or `decode_sequences` (the sequences
+the profile's decode steps fit within the TPOT SLO) where that is fewer; and KV usage at most `kv_target`:
 - scale up on the demand averaged over `scale_up_window_s` (prompt tokens: on their peak over that window,
   since prefill must keep up with bursts, not with their average, for TTFT), at most `max_step_up` replicas
   per decision;
@@ -63,6 +64,7 @@ class AutoscalerPolicy:
     overflow_budget_window_s: float = 1800.0  # horizon of the spent-share estimate
     slo_noise_z: float = 1.0  # SLO feedback needs attainment this many standard errors below target
     prefill_tokens_per_s: float = 0.0  # a replica's prefill rate (0: demand in requests only)
+    decode_sequences: float = 0.0  # sequences a replica decodes within the TPOT SLO (0: unknown)
     prefill_target: float = 0.5  # share of that rate a replica is sized to carry (TTFT headroom for bursts)
     token_stabilization_s: float = 900.0  # scale-down waits until this long's peak token demand fits
 
@@ -79,8 +81,8 @@ class AutoscalerPolicy:
             problems.append("max_step_up and max_step_down must be >= 1")
         if not 0 <= self.overflow_share < 1:
             problems.append("overflow_share must be in [0, 1)")
-        if self.prefill_tokens_per_s < 0:
-            problems.append("prefill_tokens_per_s must be >= 0")
+        if self.prefill_tokens_per_s < 0 or self.decode_sequences < 0:
+            problems.append("prefill_tokens_per_s and decode_sequences must be >= 0")
         if self.slo_noise_z < 0:
             problems.append("slo_noise_z must be >= 0")
         if self.overflow_budget_window_s <= 0:
@@ -89,6 +91,12 @@ class AutoscalerPolicy:
             problems.append("slo_attainment must be in (0, 1]")
         if problems:
             raise ValueError("bad autoscaler policy: " + "; ".join(problems))
+
+    @property
+    def per_replica(self) -> float:
+        """Requests in flight one replica is sized for: target_concurrency, or fewer where the profile says the
+        replica decodes fewer sequences within the TPOT SLO."""
+        return min(self.target_concurrency, self.decode_sequences or math.inf)
 
 
 @dataclass(frozen=True)
@@ -140,7 +148,7 @@ def token_demand(signals: Signals, p: "AutoscalerPolicy") -> float:
     """The prompt tokens/s arriving, in replicas' worth of concurrency (0 without a prefill rate)."""
     if not p.prefill_tokens_per_s:
         return 0.0
-    return signals.prompt_token_rate / (p.prefill_tokens_per_s * p.prefill_target) * p.target_concurrency
+    return signals.prompt_token_rate / (p.prefill_tokens_per_s * p.prefill_target) * p.per_replica
 
 
 def demand_of(signals: Signals, p: "AutoscalerPolicy") -> float:
@@ -173,7 +181,7 @@ def sizing_of(signals: Signals, p: AutoscalerPolicy, allow: float) -> float:
     service_s = service_time(signals, p.assumed_request_s)
     if p.overflow_share == 0:
         return demand_of(signals, p)
-    local = min(signals.total_running + signals.total_waiting, signals.ready * p.target_concurrency)
+    local = min(signals.total_running + signals.total_waiting, signals.ready * p.per_replica)
     excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate) * service_s
     return max(local + signals.held + excess, token_demand(signals, p) * (1 - allow))
 
@@ -219,25 +227,25 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     recent = window(st.sizing, now, p.scale_up_window_s)
     avg = max(sum(recent) / len(recent), max(window(st.tokens, now, p.scale_up_window_s)))
     kv_need = math.ceil(sum(signals.kv_usage) / p.kv_target)
-    want = max(math.ceil(avg / p.target_concurrency), kv_need)
-    reason = f"demand {avg:.1f} / target {p.target_concurrency:g} per replica"
+    want = max(math.ceil(avg / p.per_replica), kv_need)
+    reason = f"demand {avg:.1f} / target {p.per_replica:g} per replica"
     if p.overflow_share > 0:
         reason += f" (overflow allowed {allow:.1%} of requests)"
-    if kv_need > math.ceil(avg / p.target_concurrency):
+    if kv_need > math.ceil(avg / p.per_replica):
         reason = f"KV usage {sum(signals.kv_usage):.2f} / target {p.kv_target:g} per replica"
     # With an overflow budget the gateway absorbs engine queues by overflowing: a shortage is requests held
     # or overflowed beyond the allowed share, not a transient queue on the engines.
     excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate)
     queued = signals.held + excess + signals.total_waiting
     if p.overflow_share > 0:  # a replica's worth of concurrency beyond the allowed share
-        queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.target_concurrency
+        queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.per_replica
     if short_of_slo(signals, p) and queued > 0 and signals.starting == 0 and want <= cur:
         want, reason = cur + 1, f"SLO attainment {signals.attainment:.3f} < {p.slo_attainment:g} while queued"
 
-    capacity = signals.ready * p.target_concurrency
+    capacity = signals.ready * p.per_replica
     if demand > 0 and (signals.ready == 0 or demand >= p.panic_threshold * capacity):
         # Spike or scale-from-zero: jump straight to what the instantaneous demand needs.
-        need = max(math.ceil(demand / p.target_concurrency), 1, want)
+        need = max(math.ceil(demand / p.per_replica), 1, want)
         st = replace(st, panic_until=now + p.panic_hold_s)
         new = min(max(need, cur, floor), p.max_replicas)
         return scaled(st, now, new, f"panic: demand {demand:.1f} >= {p.panic_threshold:g}x capacity "
@@ -260,10 +268,10 @@ def _fitting(history: list[float], p: AutoscalerPolicy, allow: float) -> tuple[i
     overflow budget the pool whose predicted overflow (demand above its capacity) stays within allow / 2."""
     peak = max(history)
     if p.overflow_share == 0:
-        return math.ceil(peak / (p.target_concurrency * p.scale_down_utilization)), f"peak demand {peak:.1f}"
+        return math.ceil(peak / (p.per_replica * p.scale_down_utilization)), f"peak demand {peak:.1f}"
     total = sum(history)
     n = 0
-    while sum(max(0.0, d - n * p.target_concurrency) for d in history) > allow / 2 * total:
+    while sum(max(0.0, d - n * p.per_replica) for d in history) > allow / 2 * total:
         n += 1
     return n, f"demand up to {peak:.1f} with {allow / 2:.1%} overflow"
 
@@ -282,8 +290,8 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
     fits, what = _fitting(window(st.history, now, p.scale_down_stabilization_s), p, allow)
     # Prompt tokens come in bursts shorter than a cold start: keep what the last bursts needed for longer.
     token_peak = max(window(st.tokens, now, p.token_stabilization_s))
-    if math.ceil(token_peak / (p.target_concurrency * p.scale_down_utilization)) > fits:
-        fits = math.ceil(token_peak / (p.target_concurrency * p.scale_down_utilization))
+    if math.ceil(token_peak / (p.per_replica * p.scale_down_utilization)) > fits:
+        fits = math.ceil(token_peak / (p.per_replica * p.scale_down_utilization))
         what = f"prompt tokens up to {token_peak:.1f} over {p.token_stabilization_s:g} s"
     fits = max(fits, math.ceil(sum(signals.kv_usage) / (p.kv_target * p.scale_down_utilization)))
     new = max(fits, cur - p.max_step_down, floor)

@@ -24,10 +24,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         tpot_slo: float = typer.Option(None, help="TPOT SLO in seconds."),
         attainment: float = typer.Option(0.99, help="SLO attainment target."),
         target_concurrency: float = typer.Option(None, help="Our policy's (and KPA's) in-flight target per replica."),
-        overflow_max_waiting: float = typer.Option(2.0, help="Gateway overflows at this many waiting per replica."),
+        overflow_max_waiting: float = typer.Option(None, help="Gateway overflows at this many waiting per replica "
+                                                              "(default: the spec's overflow.maxWaitingPerReplica)."),
         overflow_ttft_factor: float = typer.Option(None, help="Gateway overflows when the predicted TTFT exceeds this "
-                                                              "share of the TTFT SLO (its predicted_ttft_factor; "
-                                                              "default 0.5, or 0.6 with --prefill-backlog-ttft)."),
+                                                              "share of the TTFT SLO (default: the gateway's "
+                                                              "predicted_ttft_factor)."),
         overflow_rpm: float = typer.Option(None, help="Overflow budget in requests per minute (default unlimited)."),
         waiting_includes_prefill: bool = typer.Option(False, "--waiting-includes-prefill",
                                                       help="The gateway counts requests still in prefill as "

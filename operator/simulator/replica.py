@@ -22,7 +22,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from floodway.engine.prefill_budget import prefill_budget_tokens
+from floodway.engine.prefill_budget import HEADROOM, prefill_budget_tokens
 from floodway.operator.simulator.traces import BLOCK_TOKENS
 
 # Defaults shaped like an 8B Llama-style model (GQA, 8 KV heads) in bf16 on one H100 80GB under vLLM-like
@@ -68,6 +68,13 @@ class ReplicaProfile:
         data = {"decode_s_per_kv_token": 0.0, **data}
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
+
+    def decode_sequences(self, tpot_slo_s: float) -> int:
+        """Sequences one replica decodes at once within the TPOT SLO: the largest batch (up to max_num_seqs) whose
+        decode step fits the share of the SLO the engine's prefill budget leaves decodes (0: not even one). At the
+        profile's own context length: a measured step includes reading that much KV per sequence."""
+        limit = HEADROOM * tpot_slo_s
+        return max((b for b in range(1, self.max_num_seqs + 1) if self.decode_step(b) <= limit), default=0)
 
     def decode_step(self, batch: int) -> float:
         """Step time for `batch` decoding sequences: piecewise-linear through the profile points."""

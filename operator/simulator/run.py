@@ -2,19 +2,15 @@
 
 from dataclasses import dataclass, replace
 
-from floodway.operator.autoscaler.policy import AutoscalerPolicy
-from floodway.operator.gateway.overflow import BudgetLimits, OverflowPolicy
+from floodway.operator.gateway.overflow import BudgetLimits
 from floodway.operator.simulator import compare
 from floodway.operator.simulator.des import SimConfig
 from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.simulator.report import plot, summarize, table
 from floodway.operator.simulator.scenarios import SCENARIOS, Scenario
+from floodway.operator.simulator.service import capacity_fields, policies, simulated_spec
 from floodway.operator.simulator.traces import compress as compress_trace
 from floodway.operator.simulator.traces import rate_stats, spread_ticks, trace_from_spec
-
-# The gateway's predicted_ttft_factor by how it predicts TTFT, chosen from the scenario runs in the README:
-# the latency-average prediction misses bursts of long prompts, so it needs the wider margin.
-TTFT_FACTOR = {False: 0.5, True: 0.6}  # keyed by ttft_from_prefill_backlog
 
 
 @dataclass(frozen=True)
@@ -32,8 +28,8 @@ class Options:
     tpot_slo_s: float | None = None
     attainment: float = 0.99
     target_concurrency: float | None = None
-    overflow_max_waiting: float = 2.0
-    overflow_ttft_factor: float | None = None  # None: TTFT_FACTOR of the gateway's prediction
+    overflow_max_waiting: float | None = None  # None: the spec's default, as the gateway gets it
+    overflow_ttft_factor: float | None = None  # None: the gateway's default
     overflow_rpm: float | None = None
     waiting_includes_prefill: bool = False
     ttft_from_prefill_backlog: bool = True
@@ -73,19 +69,16 @@ def prepare(opts: Options):
     ttft, tpot = _pick(opts.ttft_slo_s, sc.ttft_slo_s), _pick(opts.tpot_slo_s, sc.tpot_slo_s)
     if opts.cold_start_s < 0:
         raise ValueError("cold start must be >= 0 seconds")
-    budget = BudgetLimits(requests_per_minute=opts.overflow_rpm)
+    spec = simulated_spec(profile, ttft, tpot, opts.attainment, _pick(opts.target_concurrency, sc.target_concurrency),
+                          opts.scale_to_zero_s, opts.overflow_max_waiting)
+    ours, overflow = policies(spec)
+    ours = replace(ours, overflow_share=opts.overflow_share)
+    overflow = replace(overflow, enabled=False, budget=BudgetLimits(requests_per_minute=opts.overflow_rpm),
+                       predicted_ttft_factor=_pick(opts.overflow_ttft_factor, overflow.predicted_ttft_factor))
     cfg = SimConfig(profile=profile, cold_start_s=opts.cold_start_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
                     waiting_includes_prefill=opts.waiting_includes_prefill,
                     ttft_from_prefill_backlog=opts.ttft_from_prefill_backlog, prefill_budget=opts.prefill_budget,
-                    prefix=opts.prefix,
-                    overflow=OverflowPolicy(max_waiting_per_replica=opts.overflow_max_waiting, ttft_slo_s=ttft,
-                                            predicted_ttft_factor=_pick(opts.overflow_ttft_factor,
-                                                                        TTFT_FACTOR[opts.ttft_from_prefill_backlog]),
-                                            budget=budget))
-    ours = AutoscalerPolicy(target_concurrency=_pick(opts.target_concurrency, sc.target_concurrency),
-                            slo_attainment=opts.attainment, min_replicas=0 if opts.scale_to_zero_s is not None else 1,
-                            scale_to_zero_after_s=opts.scale_to_zero_s, overflow_share=opts.overflow_share,
-                            prefill_tokens_per_s=profile.prefill_tokens_per_s)
+                    prefix=opts.prefix, overflow=overflow)
     specs = [p if not opts.overflow or p.endswith(compare.OVERFLOW_SUFFIX) else p + compare.OVERFLOW_SUFFIX
              for p in opts.policies]
     for p in specs:
@@ -109,6 +102,8 @@ def run_cli(opts: Options) -> str:
     lines = [f"{title}: {len(trace)} requests over {trace[-1].arrival_s / 60:.1f} min, mean {mean:.2f} req/s, "
              f"peak 60 s {peak:.2f} req/s; SLO TTFT {cfg.ttft_slo_s:g} s, TPOT {cfg.tpot_slo_s:g} s; cold start "
              f"{cfg.cold_start_s:g} s; static peak {sizing.static_peak} replicas, static mean {sizing.static_mean}",
+             f"replica profile {cfg.profile.model} at this TPOT SLO, as spec fields: autoscaling: "
+             + str(capacity_fields(cfg.profile, cfg.tpot_slo_s)).replace("'", ""),
              "", table(summaries, peak_hours)]
     if cfg.prefix is not None:
         lines.append(f"\nprefix-cache hit rate ({cfg.prefix} routing), per replica that ran:")

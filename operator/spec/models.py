@@ -242,6 +242,14 @@ class AutoscalingSpec(SpecModel):
     """Idle time after which a service with replicas.min 0 scales to zero (unset: never)."""
     slo_noise_z: float = Field(_POLICY.slo_noise_z, ge=0)
     """Standard errors below the SLO target attainment must fall before misses add a replica (0: any miss)."""
+    prefill_tokens_per_second: float = Field(_POLICY.prefill_tokens_per_s, ge=0)
+    """A replica's prefill rate in prompt tokens/s, from an engine profile (`floodway bench engine --profile-out
+    FILE`, then `floodway simulate --profile FILE` prints this field): demand then also counts the prompt tokens
+    arriving, not only the requests in flight. 0: requests only."""
+    decode_sequences: int = Field(int(_POLICY.decode_sequences), ge=0)
+    """Sequences one replica decodes within slo.tpotMs, from the same profile (printed beside
+    prefillTokensPerSecond): a replica is sized for at most this many requests in flight (targetConcurrency
+    where that is fewer). 0: targetConcurrency alone."""
 
 
 class OverflowSpec(SpecModel):

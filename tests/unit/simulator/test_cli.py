@@ -30,17 +30,6 @@ def test_bad_options_are_clear_errors(floodway_cmd, args, message):
     assert message in proc.stderr
 
 
-def test_the_gateway_ttft_margin_follows_how_it_predicts_ttft():
-    from floodway.operator.simulator.run import Options, prepare
-
-    def gateway(**kw):
-        cfg = prepare(Options(trace="steps:rates=1,step_s=60", **kw))[1]
-        return cfg.ttft_from_prefill_backlog, cfg.overflow.predicted_ttft_factor
-    assert gateway() == (True, 0.6)  # the backlog prediction is the default, as in the gateway
-    assert gateway(ttft_from_prefill_backlog=False) == (False, 0.5)
-    assert gateway(ttft_from_prefill_backlog=True, overflow_ttft_factor=0.9) == (True, 0.9)
-
-
 def test_azure_2x_replays_the_azure_trace_twice_as_fast():
     from floodway.operator.simulator.scenarios import SCENARIOS
 

@@ -1,0 +1,47 @@
+"""The InferenceService a simulation stands for. The simulator builds the spec a user would apply (SLO, bounds,
+the autoscaler's capacity from the replica profile, overflow on) and derives our policy and the gateway's
+overflow rule from it through the operator's own functions: `controller.scaling.autoscaler_policy`, and the
+gateway config `render.gateway` renders, read by `GatewayConfig.overflow_policy` as the gateway reads it. So the
+simulator runs on the defaults a cluster ships, and a figure it prints holds for the spec it prints."""
+
+from floodway.operator.autoscaler.policy import AutoscalerPolicy
+from floodway.operator.controller.scaling import autoscaler_policy
+from floodway.operator.gateway.config import GatewayConfig
+from floodway.operator.gateway.overflow import OverflowPolicy
+from floodway.operator.render.gateway import gateway_config
+from floodway.operator.simulator.replica import ReplicaProfile
+from floodway.operator.spec import InferenceServiceSpec
+
+# The simulated external API (des.py answers for it); the gateway config needs an address and a key.
+SIMULATED_API = {"enabled": True, "baseURL": "http://overflow.simulated/v1",
+                 "apiKeySecretRef": {"name": "simulated", "key": "api-key"}}
+
+
+def capacity_fields(profile: ReplicaProfile, tpot_slo_s: float) -> dict:
+    """The spec's autoscaling capacity from an engine profile (`floodway simulate --profile FILE` prints it)."""
+    return {"prefillTokensPerSecond": round(profile.prefill_tokens_per_s, 1),
+            "decodeSequences": profile.decode_sequences(tpot_slo_s)}
+
+
+def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float, attainment: float,
+                   target_concurrency: float, scale_to_zero_s: float | None = None,
+                   max_waiting_per_replica: float | None = None) -> InferenceServiceSpec:
+    """The spec of the simulated service; None settings keep the spec's defaults."""
+    overflow = dict(SIMULATED_API)
+    if max_waiting_per_replica is not None:
+        overflow["maxWaitingPerReplica"] = max_waiting_per_replica
+    autoscaling = {"targetConcurrency": target_concurrency, **capacity_fields(profile, tpot_slo_s)}
+    if scale_to_zero_s is not None:
+        autoscaling["scaleToZeroAfterSeconds"] = scale_to_zero_s
+    return InferenceServiceSpec.model_validate({
+        "model": profile.model,
+        "engine": {"maxNumSeqs": profile.max_num_seqs, "maxNumBatchedTokens": profile.max_num_batched_tokens},
+        "replicas": {"min": 0 if scale_to_zero_s is not None else 1, "max": AutoscalerPolicy.max_replicas},
+        "slo": {"ttftMs": ttft_slo_s * 1000, "tpotMs": tpot_slo_s * 1000, "attainment": attainment},
+        "autoscaling": autoscaling, "overflow": overflow})
+
+
+def policies(spec: InferenceServiceSpec) -> tuple[AutoscalerPolicy, OverflowPolicy]:
+    """Our autoscaler's policy and the gateway's overflow rule for this spec, as the operator and gateway get them."""
+    config = GatewayConfig.model_validate(gateway_config(spec, {"static": []}, port=0))
+    return autoscaler_policy(spec), config.overflow_policy()
