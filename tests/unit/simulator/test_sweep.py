@@ -16,3 +16,19 @@ def test_a_row_names_each_target_it_misses():
     bad = Row("spiky", 1, 100, summary("ours", 0.98, 2.5, 0.08), 2.0, {"keda": keda, "hpa": summary("hpa", 0.7, 1.0)})
     assert bad.misses() == ["attainment 98.00%", "overflow 8.0%", "replica-hours vs bound", "vs hpa"]
     assert Row("x", 0, 1, summary("ours", 1.0, 1.0), None, {}).misses() == ["replica-hours vs bound"]  # no bound
+
+
+def test_the_static_pool_within_budget_is_the_largest_the_bound_factor_pays_for():
+    from floodway.operator.simulator.des import SimConfig
+    from floodway.operator.simulator.replica import ReplicaProfile
+    from floodway.operator.simulator.sweep import static_within_budget
+    from floodway.operator.simulator.traces import steps
+
+    tr = steps([2, 8, 2], step_s=180, seed=3)
+    cfg = SimConfig(profile=ReplicaProfile(max_num_seqs=16), cold_start_s=60.0)
+    hours_each = tr[-1].arrival_s / 3600.0
+    n, s = static_within_budget(tr, cfg, 3.1 * hours_each)  # 1.15 x 3.1 = 3.565 replicas' worth
+    assert n == 3 and s.replica_hours == pytest.approx(3 * hours_each)
+    assert static_within_budget(tr, cfg, 0.5 * hours_each) is None and static_within_budget(tr, cfg, None) is None
+    row = Row("steps", 0, len(tr), s, 3.1 * hours_each, {}, (n, s))
+    assert f"| 3: {s.attainment:.1%} / {s.overflow_share:.1%} |" in render(row)
