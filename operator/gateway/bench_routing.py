@@ -37,11 +37,11 @@ import yaml
 from floodway.operator import procs
 from floodway.operator.gateway.bench import _percentile, _wait_idle
 from floodway.operator.gateway.loadgen import send_each_at_rate
-from floodway.operator.gateway.prefix_index import request_keys
+from floodway.operator.gateway.prefix_index import BLOCK_TOKENS, request_keys
 from floodway.operator.simulator.traces import open_trace, resolve_trace
 
 BLOCK_WORDS = 16  # one trace block: 16 single-token words, one engine block at the default block size
-ENGINE_BLOCK = 16
+ENGINE_BLOCK = BLOCK_TOKENS  # the engines' block size, as the gateway's token-id keys
 
 
 def conversations(rows: list[dict], n: int, max_blocks: int) -> list[list[int]]:
@@ -55,31 +55,42 @@ def conversations(rows: list[dict], n: int, max_blocks: int) -> list[list[int]]:
     return [r["hash_ids"][:max_blocks] for r in rows if key(r) in chosen]
 
 
+def mooncake_conversations(n: int, max_blocks: int, traces: str | None = None) -> list[list[int]]:
+    """`conversations` of the Mooncake conversation trace."""
+    with open_trace(resolve_trace("mooncake", traces)) as f:
+        return conversations([json.loads(line) for line in f if line.strip()], n, max_blocks)
+
+
 def without_shared_prefixes(requests: list[list[int]]) -> list[list[int]]:
     """The same lengths, every block id used once."""
     fresh = iter(range(-1, -10**9, -1))
     return [[next(fresh) for _ in ids] for ids in requests]
 
 
-def render(ids: list[int], salt: int, words: list[str]) -> str:
+def render(ids: list[int], salt: int, vocab: list[str]) -> str:
     """The text of a prompt: each block id always gives the same BLOCK_WORDS words (given the salt)."""
-    return "".join(" " + w for h in ids for w in random.Random(f"{salt}:{h}").choices(words, k=BLOCK_WORDS))
+    return "".join(" " + w for h in ids for w in random.Random(f"{salt}:{h}").choices(vocab, k=BLOCK_WORDS))
 
 
-def single_engine_bound(prompts: list[list[int]], block_size: int = ENGINE_BLOCK) -> tuple[int, int]:
-    """(hit tokens, prompt tokens) of one engine with an unbounded prefix cache fed the prompts (token ids) one
-    at a time: leading full blocks seen before hit, never the block of the last token (as the engine)."""
+def bound_blocks(prompts: list[list[int]]) -> list[int]:
+    """Per prompt (token ids), the leading full blocks of ENGINE_BLOCK tokens an unbounded prefix cache fed the
+    prompts one at a time holds when it comes, never the block of its last token (as the engine): the
+    single-engine bound."""
     seen: set[int] = set()
-    hits = total = 0
+    out = []
     for ids in prompts:
-        parent, matching = None, True
-        for i in range(len(ids) // block_size):  # every full block is cached, the last token's too
-            parent = hash((parent, tuple(ids[i * block_size:(i + 1) * block_size])))
-            matching = matching and parent in seen and i < (len(ids) - 1) // block_size
-            hits += block_size * matching
-            seen.add(parent)
-        total += len(ids)
-    return hits, total
+        keys = request_keys({"prompt": ids})  # token-id prompts: blocks of ENGINE_BLOCK ids
+        n = 0
+        while n < min(len(keys), (len(ids) - 1) // ENGINE_BLOCK) and keys[n] in seen:
+            n += 1
+        out.append(n)
+        seen.update(keys)
+    return out
+
+
+def single_engine_bound(prompts: list[list[int]]) -> tuple[int, int]:
+    """(hit tokens, prompt tokens) of the single-engine bound (bound_blocks)."""
+    return ENGINE_BLOCK * sum(bound_blocks(prompts)), sum(len(ids) for ids in prompts)
 
 
 def spread(values: list[float]) -> float:
@@ -88,7 +99,7 @@ def spread(values: list[float]) -> float:
     return max(values) / mean if mean else float("nan")
 
 
-def _words() -> list[str]:
+def words() -> list[str]:
     """Short words that the built-in tokenizer keeps as one token each (after a space): about 4 characters per
     token, as the gateway's CHARS_PER_TOKEN assumes."""
     from floodway.engine.models.builtin import TOKENIZER_FILE
@@ -98,7 +109,7 @@ def _words() -> list[str]:
                   and 2 <= len(w) - 1 <= 3)
 
 
-def _token_ids(texts: list[str]) -> list[list[int]]:
+def token_ids(texts: list[str]) -> list[list[int]]:
     from floodway.engine.models.builtin import TOKENIZER_FILE
     from tokenizers import Tokenizer
 
@@ -193,11 +204,9 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
     if min(engines, conversations_n, kv_blocks, max_tokens, max_num_batched_tokens, max_num_seqs, max_blocks) < 1 \
             or rate <= 0 or step_delay_ms < 0:
         raise ValueError("counts and sizes must be >= 1, rate > 0, step delay >= 0")
-    with open_trace(resolve_trace("mooncake", traces)) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    shared = conversations(rows, conversations_n, max_blocks)
+    shared = mooncake_conversations(conversations_n, max_blocks, traces)
     workloads = [("Mooncake-shaped", shared), ("no shared prefix", without_shared_prefixes(shared))]
-    words = _words()
+    vocab = words()
     engine_args = ["--num-kv-blocks", str(kv_blocks), "--step-delay-ms", str(step_delay_ms),
                    "--max-num-batched-tokens", str(max_num_batched_tokens), "--max-num-seqs", str(max_num_seqs),
                    "--max-waiting-requests", "0"]
@@ -206,7 +215,7 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
                 f"at most {max_blocks} blocks), {rate:g} req/s open loop, max_tokens {max_tokens}, streamed",
                 f"{'workload':<17} {'router':<13} {'ok':>7} {'hit rate':>8} {'of bound':>8} {'TTFT p50':>9} "
                 f"{'TTFT p99':>9} {'req max/mean':>12} {'prefill max/mean':>16}"]
-    text_s, token_s = key_costs([render(ids, 0, words) for ids in shared])
+    text_s, token_s = key_costs([render(ids, 0, vocab) for ids in shared])
     rows_out.insert(0, f"prefix keys on the request path, CPU per request over these prompts: text blocks (ours) "
                        f"{text_s * 1e6:.0f} us, tokenizer + token blocks {token_s * 1e6:.0f} us "
                        f"({token_s / text_s:.1f}x)")
@@ -226,8 +235,8 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
                 arms.append((pool, _start_gateway(pool, router == "prefix-aware", tmp)))
                 started.append(arms[-1][1])
             for salt, (workload, requests) in enumerate(workloads):
-                texts = [render(ids, salt, words) for ids in requests]
-                bound_hits, bound_total = single_engine_bound(_token_ids(texts))
+                texts = [render(ids, salt, vocab) for ids in requests]
+                bound_hits, bound_total = single_engine_bound(token_ids(texts))
                 bound = bound_hits / bound_total
                 bodies = [{"model": served, "prompt": t, "max_tokens": max_tokens, "temperature": 0, "stream": True}
                           for t in texts]

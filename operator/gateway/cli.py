@@ -66,11 +66,22 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         max_num_seqs: int = typer.Option(4, help="Sequences per engine batch."),
         max_blocks: int = typer.Option(32, help="Longest prompt, in trace blocks (16 tokens each)."),
         model: str = typer.Option("floodway/tiny-llama", help="Model the engines serve (a built-in one)."),
+        replay_step_s: list[float] = typer.Option([], help="Replay the Mooncake-shaped workload offline instead, "
+                                                  "no processes: the engines' scheduler and KV cache at this many "
+                                                  "simulated seconds per step; repeat for several."),
+        seeds: int = typer.Option(5, help="With --replay-step-s: runs averaged (power-of-two choices' draws)."),
     ) -> None:
         """Prefix-aware against load-only routing, same engines and schedule: prefix-cache hit rate against the
         single-engine bound, TTFT p50/p99 and per-engine spread, on Mooncake-shaped and unshared traffic."""
         from floodway.operator.gateway.bench_routing import run_bench as run_routing
 
         with _exit_2_on_value_error():
+            if replay_step_s:
+                from floodway.operator.gateway.prefix_replay import EngineShape, report
+
+                typer.echo(report(engines, conversations, rate, EngineShape(kv_blocks, max_num_seqs,
+                                                                            max_num_batched_tokens, max_tokens),
+                                  max_blocks, replay_step_s, seeds))
+                return
             typer.echo(run_routing(engines, conversations, rate, kv_blocks, max_tokens, step_delay_ms,
                                    max_num_batched_tokens, max_num_seqs, max_blocks, model))

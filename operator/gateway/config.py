@@ -9,7 +9,7 @@ Example:
       static: [http://127.0.0.1:8001, http://127.0.0.1:8002]      # or:
       # kubernetes: {namespace: default, service: chat-engine, port: http}
     scrape_interval_s: 0.5
-    routing: {prefix_aware: true, prefix_load_cap: 1.25}   # prefer the engine holding the prompt's prefix
+    routing: {prefix_aware: true, prefix_load_cap: 1.5}   # prefer the engine holding the prompt's prefix
     slo: {ttft_ms: 500, tpot_ms: 50}
     overflow:
       enabled: true

@@ -16,12 +16,16 @@ sampled). It spreads load nearly as well as least-loaded but does not herd every
 backend between two scrapes. The RNG is passed in, so tests and the simulator are deterministic.
 
 Prefix-aware pick (`pick_prefix`): `hits` says, per backend, the share (0..1) of this request's prompt blocks
-it likely holds in its prefix cache (the gateway's prefix index, or the simulator's replicas). When no ready
-backend holds any, the pick is the load-only one above, so traffic without shared prefixes is routed exactly
-as before. Otherwise the lowest `load_score - prefix_weight * hit` wins among the backends within the load
-cap: those whose request count after taking this one stays within `load_cap` x the pool's mean (after it)
-plus `load_slack` requests, and always the least loaded. The cap is what keeps a hot prefix from piling
-every request onto its holder: past it, the request goes where load says and that backend learns the prefix.
+it likely holds in its prefix cache (the gateway's prefix index, or the simulator's replicas). What every ready
+backend holds (a system prompt they all cached) tells nothing about where to send it, so only each one's gain over
+the least any holds counts. When no backend gains, the pick is the load-only one above, so traffic without shared
+prefixes is routed exactly as before. Otherwise the lowest `load_score - prefix_weight * gain` wins (ties: a
+random one) among the backends within the load cap: those whose request count after taking this one stays within
+`load_cap` x the pool's mean (after it) plus `load_slack` requests, and always the least loaded. The cap is what
+keeps a hot prefix from piling every request onto its holder: past it, the request goes where load says and that
+backend learns the prefix. Its defaults come from replaying `floodway bench routing` offline (prefix_replay.py):
+at 1.25 x mean + 1 the cap sent a conversation's later turns away from their holder for 15-26% of the
+single-engine bound's hits; at 1.5 x mean + 2 for 1-12%, the spread of work over the engines unchanged.
 """
 
 from __future__ import annotations
@@ -50,8 +54,8 @@ class RoutingWeights:
 @dataclass(frozen=True)
 class PrefixPolicy:
     weight: float = 4.0  # score a whole-prompt hit is worth, in queued requests
-    load_cap: float = 1.25
-    load_slack: float = 1.0
+    load_cap: float = 1.5
+    load_slack: float = 2.0
 
 
 def requests_at(b: BackendLoad) -> float:
@@ -85,15 +89,22 @@ def prefix_score(b: BackendLoad, hit: float, w: RoutingWeights, p: PrefixPolicy)
     return load_score(b, w) - p.weight * hit
 
 
+def prefix_gains(candidates: Sequence[BackendLoad], hits: Mapping[str, float]) -> dict[str, float]:
+    """Each candidate's hit beyond the least any of them holds (what they all hold says nothing)."""
+    common = min((hits.get(b.id, 0.0) for b in candidates), default=0.0)
+    return {b.id: hits.get(b.id, 0.0) - common for b in candidates}
+
+
 def pick_prefix(backends: Sequence[BackendLoad], hits: Mapping[str, float], rng: random.Random,
                 weights: RoutingWeights, policy: PrefixPolicy,
                 exclude: frozenset[str] = frozenset()) -> BackendLoad | None:
     """The chosen ready backend not in `exclude` given each one's prefix `hits` (0..1), or None."""
     candidates = [b for b in backends if b.ready and b.id not in exclude]
-    if not any(hits.get(b.id) for b in candidates):
+    gains = prefix_gains(candidates, hits)
+    if not any(gains.values()):
         return pick(candidates, rng, weights)
     allowed = [b for b in candidates if within_cap(b, candidates, policy)]
-    return min(allowed, key=lambda b: prefix_score(b, hits.get(b.id, 0.0), weights, policy))
+    return min(rng.sample(allowed, len(allowed)), key=lambda b: prefix_score(b, gains[b.id], weights, policy))
 
 
 def estimate_waiting(scraped_waiting: float, in_flight_now: int, in_flight_at_scrape: int,

@@ -27,7 +27,7 @@ from floodway.operator.autoscaler.policy import ScalerState
 from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals, signals_between
 from floodway.operator.controller.scaling import instant_signals
 from floodway.operator.gateway import overflow as ov
-from floodway.operator.gateway.routing import BackendLoad, PrefixPolicy, RoutingWeights, pick_prefix
+from floodway.operator.gateway.routing import BackendLoad, PrefixPolicy, RoutingWeights, pick_prefix, prefix_gains
 from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
 from floodway.operator.simulator.traces import Request
 
@@ -119,7 +119,7 @@ class Simulation:
         if config.prefix not in (None, "load", "prefix"):
             raise ValueError(f"prefix must be None, 'load' or 'prefix', got {config.prefix!r}")
         self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, r.blocks) for r in trace]
-        self.rng = random.Random(0)  # pick_prefix's load-only fallback never runs here (see _route)
+        self.rng = random.Random(0)  # pick_prefix's ties (its load-only fallback never runs here: see _route)
         self.end = self.reqs[-1].arrival_s
         self.slots: list[Slot] = []
         self.events: list = []
@@ -171,14 +171,14 @@ class Simulation:
         return min(ready, key=lambda s: s.replica.running + s.replica.waiting)
 
     def _route(self, r: SimRequest) -> Slot:
-        """The gateway's pick: the prefix-aware one when configured and some replica holds a prefix of the
-        request, else the least loaded."""
+        """The gateway's pick: the prefix-aware one when configured and some replica holds more of the request's
+        prefix than another (routing.prefix_gains), else the least loaded."""
         ready = self._routable()
         if self.cfg.prefix == "prefix" and r.blocks:
             hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)}
-            if any(hits.values()):
-                loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage)
-                         for i, s in enumerate(ready)]
+            loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage)
+                     for i, s in enumerate(ready)]
+            if any(prefix_gains(loads, hits).values()):
                 return ready[int(pick_prefix(loads, hits, self.rng, RoutingWeights(), self.cfg.prefix_policy).id)]
         return self._pick(ready)
 

@@ -12,6 +12,7 @@ from floodway.operator.gateway.routing import (
     RoutingWeights,
     pick,
     pick_prefix,
+    prefix_gains,
     within_cap,
 )
 
@@ -42,6 +43,28 @@ def test_a_hot_prefix_does_not_pile_onto_its_holder():
     loads = [b.in_flight for b in backends]
     assert max(loads) > min(loads)  # affinity did act
     assert max(loads) <= P.load_cap * sum(loads) / len(loads) + P.load_slack
+
+
+def test_a_prefix_every_backend_holds_is_no_reason_and_ties_are_drawn():
+    """A system prompt all engines cached routes on load alone (not always to the first of the least loaded);
+    holders of more than the rest tie at random."""
+    backends = pool(3, 0, 0, 1)
+    everywhere = {b.id: 0.1 for b in backends}
+    assert prefix_gains(backends, everywhere) == {b.id: 0.0 for b in backends}
+    for seed in range(20):
+        assert pick_prefix(backends, everywhere, random.Random(seed), W, P) == pick(backends, random.Random(seed), W)
+    chosen = {pick_prefix(pool(0, 0, 0), {"0": 0.2, "1": 0.8, "2": 0.8}, random.Random(seed), W, P).id
+              for seed in range(20)}
+    assert chosen == {"1", "2"}  # the two holders of more, either, never the one holding only what all hold
+
+
+def test_the_shipped_cap_is_1_5_x_the_mean_plus_2():
+    """The offline replay (test_prefix_replay.py) chose it: 1.25 x mean + 1 sent conversations' later turns away
+    from their holder, a holder 2 above an even pool of 4 already past it."""
+    shipped = PrefixPolicy()
+    assert within_cap(pool(6, 4, 4, 4)[0], pool(6, 4, 4, 4), shipped)  # 7 <= 1.5 * 19/4 + 2
+    assert not within_cap(pool(6, 4, 4, 4)[0], pool(6, 4, 4, 4), P)  # 7 > 1.25 * 19/4 + 1
+    assert not within_cap(pool(10, 4, 4, 4)[0], pool(10, 4, 4, 4), shipped)  # 11 > 1.5 * 23/4 + 2
 
 
 def test_cap_always_admits_the_least_loaded():
