@@ -6,6 +6,8 @@ batch of shape [1, T]: single-token sequences (decodes) first, sorted by context
 Decodes of similar length form a group that shares one SDPA call over K/V gathered whole blocks at a time by
 block table (padded to the group's longest context, masked), with the query heads of a KV group folded into
 the query length so GQA needs no K/V repeat. Each prefill chunk is its own call.
+On CUDA the step carries KernelInputs instead, and two Triton kernels (engine/kernels/) read K/V in place by
+block table: one call for all decodes, one for all prefill chunks.
 """
 
 from dataclasses import dataclass
@@ -34,12 +36,24 @@ class PrefillChunk:
 
 
 @dataclass
+class KernelInputs:
+    """What the Triton kernels read; int32 tensors on the step's device."""
+    num_decode: int  # the packed batch's first num_decode tokens are decodes, the rest prefill chunks
+    decode_tables: torch.Tensor  # [num_decode, width] block ids, rows padded with block 0
+    decode_lens: torch.Tensor  # [num_decode] context lengths, this step's token included
+    prefill_tables: torch.Tensor  # [chunks, width]
+    query_start: torch.Tensor  # [chunks + 1] offsets of the chunks within the prefill part of the batch
+    prefill_lens: torch.Tensor  # [chunks] context lengths: cached prefix plus the chunk
+
+
+@dataclass
 class StepMeta:
     k_caches: list[torch.Tensor]  # per layer [num_blocks, block_size, kv_heads, head_dim]
     v_caches: list[torch.Tensor]
     slot_mapping: torch.Tensor  # [T] flat cache slot (block * block_size + offset) of each new token
     decodes: list[DecodeGroup]
     prefills: list[PrefillChunk]
+    kernel: KernelInputs | None = None  # set (on CUDA) instead of decodes and prefills
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor, rows: int) -> torch.Tensor:
@@ -58,6 +72,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     v = value[0].transpose(0, 1)
     k_cache.view(-1, *k.shape[1:]).index_copy_(0, meta.slot_mapping, k)
     v_cache.view(-1, *v.shape[1:]).index_copy_(0, meta.slot_mapping, v)
+    if meta.kernel is not None:
+        return _kernel_attention(meta.kernel, q, k_cache, v_cache, scaling).unsqueeze(0), None
     num_heads, num_kv, head_dim = q.shape[1], k.shape[1], q.shape[2]
     out = torch.empty_like(q)
     for g in meta.decodes:
@@ -77,6 +93,23 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                                             enable_gqa=num_heads != num_kv)
         out[p.start:p.start + p.length] = op[0].transpose(0, 1)
     return out.unsqueeze(0), None
+
+
+def _kernels():
+    """The Triton kernels, imported on the first CUDA step: a CPU engine never needs triton."""
+    from floodway.engine.kernels import paged_attention
+
+    return paged_attention
+
+
+def _kernel_attention(kin: KernelInputs, q, k_cache, v_cache, scaling):
+    kernels, out, nd = _kernels(), torch.empty_like(q), kin.num_decode
+    if nd:
+        kernels.paged_decode(q[:nd], k_cache, v_cache, kin.decode_tables, kin.decode_lens, scaling, out=out[:nd])
+    if nd < q.shape[0]:
+        kernels.paged_prefill(q[nd:], k_cache, v_cache, kin.prefill_tables, kin.query_start, kin.prefill_lens,
+                              scaling, out=out[nd:])
+    return out
 
 
 def register() -> None:

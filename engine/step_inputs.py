@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 import torch
-from floodway.engine.attention import DecodeGroup, PrefillChunk, StepMeta
+from floodway.engine.attention import DecodeGroup, KernelInputs, PrefillChunk, StepMeta
 
 # A decode joins the current group unless its context is shorter than this share of the group's longest:
 # bounds the padding the group's shared SDPA call computes over.
@@ -31,10 +31,11 @@ def decode_groups(ctx_lens: list[int]) -> list[tuple[int, int]]:
     return groups
 
 
-def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device):
+def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, kernels: bool | None = None):
     """-> (meta, input_ids [1, T], position_ids [1, T], logits_to_keep): the sampling seqs' last positions in
     seqs' order, then each seq's leading num_prompt_logits positions in seqs' order.
-    The packed order puts single-token sequences first, longest context first, then prefill chunks."""
+    The packed order puts single-token sequences first, longest context first, then prefill chunks.
+    The attention metadata is for the Triton kernels when `kernels` (default: on CUDA), else for SDPA."""
     bs = block_size
     order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].token_ids) != 1, -seqs[i].start_pos))
     num_decode = sum(1 for s in seqs if len(s.token_ids) == 1)
@@ -48,8 +49,21 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device):
         pos.extend(range(s.start_pos, s.start_pos + n))
         ids.extend(s.token_ids)
         last[i] = len(ids) - 1
+    dec, pre = [seqs[i] for i in order[:num_decode]], [seqs[i] for i in order[num_decode:]]
+    if kernels is None:
+        kernels = torch.device(device).type == "cuda"
+    decodes, prefills = ([], []) if kernels else _sdpa_inputs(dec, pre, bs, device)
+    meta = StepMeta(k_caches, v_caches, torch.tensor(slots, device=device), decodes, prefills,
+                    kernel_inputs(dec, pre, bs, device) if kernels else None)
+    keep = [last[i] for i in range(len(seqs)) if seqs[i].samples]
+    keep += [first[i] + j for i in range(len(seqs)) for j in range(seqs[i].num_prompt_logits)]
+    return (meta, torch.tensor([ids], device=device), torch.tensor([pos], device=device),
+            torch.tensor(keep, dtype=torch.long, device=device))
+
+
+def _sdpa_inputs(dec: list[SeqInput], pre: list[SeqInput], bs: int, device):
+    """The SDPA path's decode groups (block ids and masks) and prefill chunks (CPU)."""
     decodes = []
-    dec = [seqs[i] for i in order[:num_decode]]
     for a, b in decode_groups([s.start_pos + 1 for s in dec]):
         width = -(-(dec[a].start_pos + 1) // bs)
         table = torch.tensor([s.block_table[:width] + [0] * (width - min(width, len(s.block_table)))
@@ -57,9 +71,8 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device):
         ctx = torch.tensor([s.start_pos + 1 for s in dec[a:b]])
         mask = (torch.arange(width * bs)[None, :] < ctx[:, None])[:, None, None, :]
         decodes.append(DecodeGroup(a, b - a, table.reshape(-1).to(device), mask.to(device)))
-    prefills, start = [], num_decode
-    for i in order[num_decode:]:
-        s = seqs[i]
+    prefills, start = [], len(dec)
+    for s in pre:
         n, ctx_len = len(s.token_ids), s.start_pos + len(s.token_ids)
         blocks = mask = None
         if s.start_pos:
@@ -67,8 +80,24 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device):
             mask = (torch.arange(ctx_len)[None, :] <= torch.arange(s.start_pos, ctx_len)[:, None]).to(device)
         prefills.append(PrefillChunk(start, n, blocks, ctx_len, mask))
         start += n
-    meta = StepMeta(k_caches, v_caches, torch.tensor(slots, device=device), decodes, prefills)
-    keep = [last[i] for i in range(len(seqs)) if seqs[i].samples]
-    keep += [first[i] + j for i in range(len(seqs)) for j in range(seqs[i].num_prompt_logits)]
-    return (meta, torch.tensor([ids], device=device), torch.tensor([pos], device=device),
-            torch.tensor(keep, dtype=torch.long, device=device))
+    return decodes, prefills
+
+
+def kernel_inputs(dec: list[SeqInput], pre: list[SeqInput], bs: int, device) -> KernelInputs:
+    """The Triton kernels' block tables, context lengths and chunk offsets (CUDA), in one host-to-device copy."""
+    dec_lens = [s.start_pos + 1 for s in dec]
+    pre_lens = [s.start_pos + len(s.token_ids) for s in pre]
+    query_start = [0]
+    for s in pre:
+        query_start.append(query_start[-1] + len(s.token_ids))
+    dec_w, pre_w = (max((-(-c // bs) for c in lens), default=0) for lens in (dec_lens, pre_lens))
+    flat = []
+    for rows, lens, width in ((dec, dec_lens, dec_w), (pre, pre_lens, pre_w)):
+        for s, c in zip(rows, lens, strict=True):
+            need = -(-c // bs)
+            flat += s.block_table[:need] + [0] * (width - need)
+    flat += dec_lens + query_start + pre_lens
+    parts = torch.tensor(flat, dtype=torch.int32).to(device).split(
+        [len(dec) * dec_w, len(pre) * pre_w, len(dec), len(pre) + 1, len(pre)])
+    return KernelInputs(len(dec), parts[0].view(len(dec), dec_w), parts[2], parts[1].view(len(pre), pre_w),
+                        parts[3], parts[4])

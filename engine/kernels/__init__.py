@@ -1,0 +1,1 @@
+"""GPU kernels (Triton). Imported only on CUDA: a CPU engine never imports triton (the CPU image leaves it out)."""

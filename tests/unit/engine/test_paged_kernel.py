@@ -1,0 +1,182 @@
+"""The Triton paged-attention kernels against plain SDPA: in Triton's interpreter on the CPU, compiled on CUDA.
+
+Triton decides at `import triton` whether its own library functions (tl.zeros, tl.max, ...) are interpreted, so
+the interpreter cannot be switched on inside this pytest process once anything imported triton. Without CUDA the
+module's one test runs the module again in a child pytest with TRITON_INTERPRET=1, where the kernel cases run on
+CPU tensors (`TRITON_INTERPRET=1 pytest tests/unit/engine/test_paged_kernel.py` runs them directly). With CUDA
+the cases run here, compiled. Every cache slot outside the sequences' contexts holds NaN, so a kernel that reads
+a padded row's table, a position past a context or a causally hidden one returns NaN instead of passing.
+"""
+
+import math
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from floodway.engine import attention
+from floodway.engine.step_inputs import SeqInput, build
+
+pytestmark = pytest.mark.unit
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cuda" if torch.cuda.is_available() and not INTERPRETED else "cpu"
+TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}
+
+
+if not INTERPRETED and DEVICE == "cpu":
+    def test_kernels_in_triton_interpreter():
+        pytest.importorskip("triton", reason="triton is not installed (the CPU engine image leaves it out)")
+        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONSAFEPATH": "1"}
+        child = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider"],
+                               env=env, capture_output=True, text=True, timeout=300)
+        assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
+        assert " passed" in child.stdout and "skipped" not in child.stdout, child.stdout[-2000:]
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    from floodway.engine.kernels import paged_attention
+
+    return paged_attention
+
+
+class Pool:
+    """A block pool of NaN whose sequences' contexts get random K/V, each through a shuffled block table."""
+
+    def __init__(self, ctx_lens, block_size, kv_heads, head_dim, dtype, seed=0):
+        gen = torch.Generator().manual_seed(seed)
+        self.bs = block_size
+        need = [math.ceil(c / block_size) for c in ctx_lens]
+        self.width = max(need + [1])
+        num_blocks = sum(need) + 3
+        ids = 1 + torch.randperm(num_blocks - 1, generator=gen)  # non-contiguous, in no order; block 0 stays NaN
+        self.tables = torch.zeros(len(ctx_lens), self.width, dtype=torch.int32)  # padding entries: block 0
+        self.k = torch.full((num_blocks, block_size, kv_heads, head_dim), float("nan"), dtype=dtype)
+        self.v = self.k.clone()
+        used = 0
+        for row, (c, n) in enumerate(zip(ctx_lens, need, strict=True)):
+            self.tables[row, :n] = ids[used:used + n]
+            used += n
+            blocks, slots = self.positions(row, c)
+            self.k[blocks, slots] = torch.randn(c, kv_heads, head_dim, generator=gen).to(dtype)
+            self.v[blocks, slots] = torch.randn(c, kv_heads, head_dim, generator=gen).to(dtype)
+        self.ctx = torch.tensor(ctx_lens, dtype=torch.int32)
+
+    def on_device(self):
+        """(k cache, v cache, block tables, context lengths) where the kernels run."""
+        return (t.to(DEVICE) for t in (self.k, self.v, self.tables, self.ctx))
+
+    def positions(self, row, c):
+        pos = torch.arange(c)
+        return self.tables[row, pos // self.bs].long(), pos % self.bs
+
+    def reference(self, row, q, scale=None):
+        """SDPA in fp32 for q [n, H, D], the last n tokens of the row's context, causal."""
+        c, n, heads = int(self.ctx[row]), q.shape[0], q.shape[1]
+        if c == 0:
+            return torch.zeros_like(q, dtype=torch.float32)
+        blocks, slots = self.positions(row, c)
+        k, v = (t[blocks, slots].float().transpose(0, 1) for t in (self.k, self.v))  # [KVH, c, D]
+        group = heads // k.shape[0]
+        k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        mask = torch.arange(c)[None, :] < (c - n + torch.arange(n) + 1)[:, None]
+        return F.scaled_dot_product_attention(q.float().transpose(0, 1), k, v, attn_mask=mask,
+                                              scale=scale).transpose(0, 1)
+
+
+def _close(got, want, dtype):
+    got = got.cpu()
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), want, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+# (heads, kv_heads, head_dim, block_size): GQA ratios 1, 2, 3, 4, 8; a head_dim that is no power of two
+SHAPES = [(4, 4, 16, 4), (4, 2, 32, 16), (6, 2, 16, 4), (8, 2, 16, 16), (8, 1, 24, 4)]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def test_kernel_inputs_follow_the_packed_order():
+    seqs = [SeqInput([7, 8, 9], 0, [5], True),  # prefill
+            SeqInput([1], 3, [2, 9], True),  # decode, context 4: its table's spare block is left out
+            SeqInput([4, 5], 4, [3, 6], False),  # prefill chunk after a cached prefix
+            SeqInput([2], 9, [0, 1, 4], True)]  # decode, context 10
+    meta = build(seqs, 4, [], [], "cpu", kernels=True)[0]
+    kin = meta.kernel
+    assert meta.decodes == [] and meta.prefills == [] and kin.num_decode == 2
+    assert kin.decode_tables.tolist() == [[0, 1, 4], [2, 0, 0]] and kin.decode_lens.tolist() == [10, 4]
+    assert kin.prefill_tables.tolist() == [[3, 6], [5, 0]] and kin.prefill_lens.tolist() == [6, 3]
+    assert kin.query_start.tolist() == [0, 2, 5]
+    assert {t.dtype for t in vars(kin).values() if isinstance(t, torch.Tensor)} == {torch.int32}
+    assert build(seqs, 4, [], [], "cpu")[0].kernel is None  # the CPU default builds no kernel inputs
+
+
+class TestKernelCases:
+    """Run only where triton executes kernels: in the interpreter child, or compiled on CUDA."""
+    __test__ = INTERPRETED or DEVICE == "cuda"
+
+    @pytest.mark.parametrize("dtype", DTYPES)
+    @pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", SHAPES)
+    def test_decode_matches_sdpa(self, kernels, heads, kv_heads, head_dim, block_size, dtype):
+        # odd lengths, exactly at and one past block boundaries, one token; 0: a padded row of a captured batch
+        ctx = [1, block_size - 1, block_size, block_size + 1, 2 * block_size, 37, 0]
+        pool = Pool(ctx, block_size, kv_heads, head_dim, dtype)
+        q = torch.randn(len(ctx), heads, head_dim).to(dtype)
+        out = kernels.paged_decode(q.to(DEVICE), *pool.on_device(), 0.3)
+        assert out.dtype == dtype and out.shape == q.shape
+        for row in range(len(ctx)):
+            _close(out[row], pool.reference(row, q[row:row + 1], 0.3)[0], dtype)
+        assert not out[-1].any()
+
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_decode_split_k_matches_one_pass(self, kernels, dtype):
+        """Splits merged by log-sum-exp equal one pass, including splits past a row's context (and a row of 0)."""
+        ctx = [70, 17, 64, 0, 3]
+        pool = Pool(ctx, 4, 2, 16, dtype, seed=1)
+        q = torch.randn(len(ctx), 8, 16).to(dtype)
+        for splits in (3, 5):
+            out = kernels.paged_decode(q.to(DEVICE), *pool.on_device(), splits=splits, tile_n=16)
+            for row in range(len(ctx)):
+                _close(out[row], pool.reference(row, q[row:row + 1])[0], dtype)
+
+    @pytest.mark.parametrize("dtype", DTYPES)
+    @pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", SHAPES)
+    def test_prefill_matches_causal_sdpa(self, kernels, heads, kv_heads, head_dim, block_size, dtype):
+        # (cached prefix, chunk length): a fresh odd prompt; a chunk after a cached prefix ending on a block boundary;
+        # one token after a prefix; a chunk longer than a query tile (BLOCK_Q = 16 // group) starting mid-block
+        chunks = [(0, 7), (2 * block_size, block_size), (block_size + 1, 1), (3, 21)]
+        pool = Pool([p + n for p, n in chunks], block_size, kv_heads, head_dim, dtype, seed=2)
+        starts = [0]
+        for _, n in chunks:
+            starts.append(starts[-1] + n)
+        q = torch.randn(starts[-1], heads, head_dim).to(dtype)
+        k, v, tables, ctx = pool.on_device()
+        out = kernels.paged_prefill(q.to(DEVICE), k, v, tables, torch.tensor(starts, dtype=torch.int32, device=DEVICE),
+                                    ctx, None, block_m=16, tile_n=16)
+        for row, (a, b) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
+            _close(out[a:b], pool.reference(row, q[a:b]), dtype)
+
+    @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (8, 1)])
+    def test_attention_step_kernel_path_equals_sdpa_path(self, kernels, monkeypatch, heads, kv_heads):
+        """One packed engine step (decodes of several lengths, a fresh prompt, a chunk after a cached prefix) through
+        attention.paged_attention: the kernel metadata and kernels give what today's SDPA path gives."""
+        monkeypatch.setattr(attention, "_kernels", lambda: kernels)
+        bs, head_dim, gen = 4, 16, torch.Generator().manual_seed(3)
+        seqs = [SeqInput([1], 12, [7, 2, 11, 4], True), SeqInput([1, 2, 3, 4, 5], 0, [0, 9], True),
+                SeqInput([1], 2, [5], True), SeqInput([1, 2, 3], 5, [6, 1], True), SeqInput([1], 7, [3, 8], True)]
+        tokens = sum(len(s.token_ids) for s in seqs)
+        cache = torch.randn(12, bs, kv_heads, head_dim, generator=gen).to(DEVICE)  # the cached prefixes' K/V
+        query, key, value = (torch.randn(1, h, tokens, head_dim, generator=gen).to(DEVICE)
+                             for h in (heads, kv_heads, kv_heads))
+        module = types.SimpleNamespace(layer_idx=0)
+        outs = []
+        for use_kernels in (False, True):
+            k_cache, v_cache = cache.clone(), cache.flip(0).clone()
+            meta = build(seqs, bs, [k_cache], [v_cache], DEVICE, kernels=use_kernels)[0]
+            out, _ = attention.paged_attention(module, query, key, value, None, scaling=0.25, floodway_meta=meta)
+            outs.append(out)
+        assert outs[0].shape == outs[1].shape == (1, tokens, heads, head_dim)
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-4, rtol=1e-4)
