@@ -27,6 +27,8 @@ class EngineConfig:
                                                "preemption with it).")
     enable_prefix_caching: bool = _setting(True, "Reuse KV blocks of shared prompt prefixes.")
     enable_chunked_prefill: bool = _setting(True, "Split long prompts across engine steps.")
+    enforce_eager: bool = _setting(False, "On CUDA, run every step eagerly instead of replaying decode steps as "
+                                          "CUDA graphs captured at startup.")
     seed: int = _setting(0, "Seed of the engine's sampler.")
     # Slept in the serving engine loop's thread, so tests make capacity scarce by configuration instead of
     # racing the CPU.

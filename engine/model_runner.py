@@ -1,7 +1,7 @@
 """Loads a transformers causal LM with our paged attention and runs one packed forward per step."""
 
 import torch
-from floodway.engine import attention, kv_cache, step_inputs
+from floodway.engine import attention, cuda_graphs, kv_cache, step_inputs
 from floodway.engine.config import EngineConfig
 from floodway.engine.step_inputs import SeqInput
 
@@ -42,7 +42,15 @@ class ModelRunner:
             head_dim=getattr(hf, "head_dim", None) or hf.hidden_size // num_heads,
             block_size=cfg.block_size, dtype=self.dtype)
         self.num_blocks = kv_cache.num_blocks_for(cfg, self.shape, self.max_model_len, self.device)
-        self.k_caches, self.v_caches = kv_cache.allocate(self.shape, self.num_blocks, self.device)
+        use_graphs = self.device.type == "cuda" and not cfg.enforce_eager
+        # With graphs, one more block than the pool hands out: padded rows of a replayed step write there.
+        self.k_caches, self.v_caches = kv_cache.allocate(self.shape, self.num_blocks + use_graphs, self.device)
+        self.graphs = None
+        if use_graphs:
+            with torch.inference_mode():
+                self.graphs = cuda_graphs.DecodeGraphs(
+                    self.model, self.k_caches, self.v_caches, cuda_graphs.capture_sizes(cfg.max_num_seqs),
+                    -(-self.max_model_len // cfg.block_size), cfg.block_size, scratch_block=self.num_blocks)
 
     @torch.inference_mode()
     def execute(self, seqs: list[SeqInput], copies: list[tuple[int, int]] = ()) -> torch.Tensor:
@@ -52,6 +60,12 @@ class ModelRunner:
             src, dst = (torch.tensor(ids, device=self.device) for ids in zip(*copies, strict=True))
             for cache in (*self.k_caches, *self.v_caches):
                 cache.index_copy_(0, dst, cache.index_select(0, src))
+        logits = self.graphs.run(seqs) if self.graphs is not None else None
+        return logits if logits is not None else self.forward_eager(seqs)
+
+    @torch.inference_mode()
+    def forward_eager(self, seqs: list[SeqInput]) -> torch.Tensor:
+        """The step as one eager forward (any mix of prefill and decode); logits as `execute` returns them."""
         meta, input_ids, positions, keep = step_inputs.build(seqs, self.shape.block_size, self.k_caches,
                                                                   self.v_caches, self.device)
         out = self.model(input_ids=input_ids, position_ids=positions, logits_to_keep=keep, use_cache=False,
