@@ -21,7 +21,7 @@ import triton.language as tl
 LOG2E = 1.4426950408889634
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 MIN_SPLIT_POSITIONS = 256  # a decode split-K partition covers at least this many context positions
-MAX_SPLITS = 16
+MAX_SPLITS = 16  # a power of two: the combine kernel loads all splits as one tile
 
 
 @triton.jit
@@ -54,14 +54,15 @@ def _attend(q, acc, m_i, l_i, limit, lo, hi, table_row, k_cache, v_cache, kv_hea
     return acc, m_i, l_i
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["split_len", "stride_bt"])  # no recompiles as tables widen
 def _decode_kernel(out, part_out, part_lse, q, k_cache, v_cache, block_tables, context_lens, qk_scale, split_len,
                    stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
                    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                   GROUP: tl.constexpr, BLOCK_M: tl.constexpr, SPLIT: tl.constexpr,
                    BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
                    DOT: tl.constexpr, PRECISION: tl.constexpr):
-    """One program per (sequence, KV head, split): the group's query heads are the rows."""
+    """One program per (sequence, KV head, split): the group's query heads are the rows. With SPLIT each program
+    writes its split's normalised partial output and log-sum-exp for _combine_kernel."""
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     ctx = tl.load(context_lens + seq)
     rows = tl.arange(0, BLOCK_M)
@@ -77,28 +78,28 @@ def _decode_kernel(out, part_out, part_lse, q, k_cache, v_cache, block_tables, c
                             stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, qk_scale,
                             BLOCK_SIZE, TILE_N, HEAD_DIM, D_PAD, DOT, PRECISION)
     o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # no visible position (context 0): zeros
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         tl.store(out + seq * stride_ot + heads[:, None] * stride_oh + offs_d[None, :], o.to(out.dtype.element_ty),
                  mask=mask)
     else:
-        row = (seq * tl.num_programs(1) * GROUP + heads) * NUM_SPLITS + split  # part_* are [B, H, NUM_SPLITS, ...]
+        row = (seq * tl.num_programs(1) * GROUP + heads) * tl.num_programs(2) + split  # part_*: [B, H, splits, ...]
         tl.store(part_out + row[:, None] * D_PAD + offs_d[None, :], o, mask=mask)
         lse = tl.where(l_i > 0, m_i + tl.math.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
         tl.store(part_lse + row, lse, mask=rows < GROUP)
 
 
 @triton.jit
-def _combine_kernel(out, part_out, part_lse, stride_ot, stride_oh,
-                    NUM_SPLITS: tl.constexpr, S_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr):
+def _combine_kernel(out, part_out, part_lse, num_splits, stride_ot, stride_oh,
+                    S_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr):
     """One program per (sequence, query head): merges the splits' partial softmaxes by their log-sum-exp."""
     seq, head = tl.program_id(0), tl.program_id(1)
-    row = (seq * tl.num_programs(1) + head) * NUM_SPLITS
+    row = (seq * tl.num_programs(1) + head) * num_splits
     offs_s = tl.arange(0, S_PAD)
     offs_d = tl.arange(0, D_PAD)
-    lse = tl.load(part_lse + row + offs_s, mask=offs_s < NUM_SPLITS, other=float("-inf"))
+    lse = tl.load(part_lse + row + offs_s, mask=offs_s < num_splits, other=float("-inf"))
     top = tl.max(lse, 0)
     w = tl.math.exp2(lse - tl.where(top == float("-inf"), 0.0, top))
-    o = tl.load(part_out + (row + offs_s[:, None]) * D_PAD + offs_d[None, :], mask=(offs_s < NUM_SPLITS)[:, None],
+    o = tl.load(part_out + (row + offs_s[:, None]) * D_PAD + offs_d[None, :], mask=(offs_s < num_splits)[:, None],
                 other=0.0)
     total = tl.sum(w, 0)
     res = tl.sum(w[:, None] * o, 0) / tl.where(total > 0, total, 1.0)
@@ -120,7 +121,7 @@ def _sequence_of(query_start, block_idx, num_seqs, BLOCK_Q: tl.constexpr):
     return lo - 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs", "stride_bt"])
 def _prefill_kernel(out, q, k_cache, v_cache, block_tables, query_start, context_lens, qk_scale, num_seqs,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_bt,
                     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
@@ -197,6 +198,7 @@ def paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale=None, *,
     block_size = k_cache.shape[1]
     if splits is None:
         splits = num_splits(batch, kv_heads, block_tables.shape[1] * block_size, q.device)
+    assert 1 <= splits <= MAX_SPLITS
     split_len = triton.cdiv(triton.cdiv(block_tables.shape[1] * block_size, splits), tile_n) * tile_n
     if splits > 1:
         part_out = torch.empty(batch, heads, splits, d_pad, dtype=torch.float32, device=q.device)
@@ -207,11 +209,11 @@ def paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale=None, *,
         out, part_out, part_lse, q, k_cache, v_cache, block_tables, context_lens, qk_scale, split_len,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
         *_cache_strides(k_cache, v_cache),
-        GROUP=group, BLOCK_M=max(16, triton.next_power_of_2(group)), NUM_SPLITS=splits, BLOCK_SIZE=block_size,
+        GROUP=group, BLOCK_M=max(16, triton.next_power_of_2(group)), SPLIT=splits > 1, BLOCK_SIZE=block_size,
         TILE_N=tile_n, HEAD_DIM=head_dim, D_PAD=d_pad, DOT=dot, PRECISION=precision)
     if splits > 1:
-        _combine_kernel[(batch, heads)](out, part_out, part_lse, out.stride(0), out.stride(1), NUM_SPLITS=splits,
-                                        S_PAD=triton.next_power_of_2(splits), HEAD_DIM=head_dim, D_PAD=d_pad)
+        _combine_kernel[(batch, heads)](out, part_out, part_lse, splits, out.stride(0), out.stride(1),
+                                        S_PAD=MAX_SPLITS, HEAD_DIM=head_dim, D_PAD=d_pad)
     return out
 
 
