@@ -94,8 +94,8 @@ def run_hf_static(model, wl: Workload, pad_id: int) -> RunResult:
     import torch
 
     width = max(len(p) for p in wl.prompts)
-    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in wl.prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in wl.prompts])
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in wl.prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in wl.prompts], device=model.device)
     k = max(wl.max_tokens)
     clock = Clock()
     with _bar(len(wl.prompts), "transformers static batch") as bar:

@@ -119,16 +119,20 @@ def write_tokenizer(folder: pathlib.Path) -> None:
     }, indent=2))
 
 
-def write_random_model(folder: str | os.PathLike, arch: str = "llama", seed: int = 0, **overrides) -> str:
-    """Writes a seeded random model of `arch` with the built-in tokenizer; atomic against concurrent writers."""
+def write_random_model(folder: str | os.PathLike, arch: str = "llama", seed: int = 0, device: str = "cpu",
+                       dtype: str = "float32", **overrides) -> str:
+    """Writes a seeded random model of `arch` with the built-in tokenizer; atomic against concurrent writers.
+    Initialised on `device` and saved in `dtype` (on a GPU an 8B-parameter shape takes seconds, not minutes)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-    cfg = model_config(arch, **overrides)
+    cfg = model_config(arch, **{"torch_dtype": dtype, **overrides})
 
     def fill(tmp: pathlib.Path) -> None:
         torch.manual_seed(seed)
-        AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=torch.float32).save_pretrained(tmp)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=getattr(torch, dtype))
+        model.save_pretrained(tmp)
         eos_ids = [SPECIAL_TOKENS.index(EOS), SPECIAL_TOKENS.index(IM_END)]
         GenerationConfig(eos_token_id=eos_ids, pad_token_id=cfg["pad_token_id"]).save_pretrained(tmp)
         write_tokenizer(tmp)
