@@ -22,6 +22,7 @@ LOG2E = 1.4426950408889634
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 MIN_SPLIT_POSITIONS = 256  # a decode split-K partition covers at least this many context positions
 MAX_SPLITS = 16  # a power of two: the combine kernel loads all splits as one tile
+FP_FUSION = True  # fused multiply-adds, Triton's default so far; explicit, as Triton 3.9 warns it will change
 
 
 @triton.jit
@@ -210,10 +211,11 @@ def paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale=None, *,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
         *_cache_strides(k_cache, v_cache),
         GROUP=group, BLOCK_M=max(16, triton.next_power_of_2(group)), SPLIT=splits > 1, BLOCK_SIZE=block_size,
-        TILE_N=tile_n, HEAD_DIM=head_dim, D_PAD=d_pad, DOT=dot, PRECISION=precision)
+        TILE_N=tile_n, HEAD_DIM=head_dim, D_PAD=d_pad, DOT=dot, PRECISION=precision,
+        enable_fp_fusion=FP_FUSION)
     if splits > 1:
         _combine_kernel[(batch, heads)](out, part_out, part_lse, splits, out.stride(0), out.stride(1),
-                                        S_PAD=MAX_SPLITS, HEAD_DIM=head_dim, D_PAD=d_pad)
+                                        S_PAD=MAX_SPLITS, HEAD_DIM=head_dim, D_PAD=d_pad, enable_fp_fusion=FP_FUSION)
     return out
 
 
@@ -233,5 +235,6 @@ def paged_prefill(q, k_cache, v_cache, block_tables, query_start, context_lens, 
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
         *_cache_strides(k_cache, v_cache),
         GROUP=group, BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_SIZE=k_cache.shape[1], TILE_N=tile_n,
-        HEAD_DIM=head_dim, D_PAD=d_pad, DOT=dot, PRECISION=precision)
+        HEAD_DIM=head_dim, D_PAD=d_pad, DOT=dot, PRECISION=precision,
+        enable_fp_fusion=FP_FUSION)
     return out
