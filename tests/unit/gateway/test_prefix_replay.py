@@ -9,7 +9,7 @@ from floodway.operator.gateway.bench_routing import (
     token_ids,
     words,
 )
-from floodway.operator.gateway.prefix_replay import EngineShape, Router, replay
+from floodway.operator.gateway.prefix_replay import EngineShape, Router, replay, report, routers
 from floodway.operator.gateway.routing import PrefixPolicy
 
 pytestmark = pytest.mark.unit
@@ -58,3 +58,12 @@ def test_on_the_bench_workload_the_shipped_cap_reaches_90_percent_of_the_bound_w
 
     shipped, former = hit_share(PrefixPolicy()), hit_share(PrefixPolicy(load_cap=1.25, load_slack=1.0))
     assert shipped >= 0.9 and former < 0.85
+
+
+def test_the_report_compares_every_router_per_step_time():
+    out = report(4, 10, 0.5, EngineShape(), 32, [1.0, 2.0], 1).splitlines()
+    rows = [line.split() for line in out[2:]]
+    assert [r[0] for r in rows] == ["1s"] * len(routers()) + ["2s"] * len(routers())
+    assert all(r[-4] == r[-2] == "/" and r[-1].endswith("%") for r in rows)  # lost: elsewhere / in flight / evicted
+    with pytest.raises(ValueError):
+        report(4, 10, 0.5, EngineShape(), 32, [0.0], 1)
