@@ -24,8 +24,9 @@ random one) among the backends within the load cap: those whose request count af
 `load_cap` x the pool's mean (after it) plus `load_slack` requests, and always the least loaded. The cap is what
 keeps a hot prefix from piling every request onto its holder: past it, the request goes where load says and that
 backend learns the prefix. Its defaults come from replaying `floodway bench routing` offline (prefix_replay.py):
-at 1.25 x mean + 1 the cap sent a conversation's later turns away from their holder for 15-26% of the
-single-engine bound's hits; at 1.5 x mean + 2 for 1-12%, the spread of work over the engines unchanged.
+at 1.25 x mean + 1 the cap sent a conversation's later turns away from their holder for 16-22% of the
+single-engine bound's hits; at 1.5 x mean + 2 for 1-15%, the spread of prefill work over the engines within 0.02
+of it (README, "Prefix-aware routing").
 """
 
 from __future__ import annotations
