@@ -35,7 +35,7 @@ def copy_bandwidth(device: torch.device, nbytes: int) -> float:
 def matmul_peak(device: torch.device, dtype: torch.dtype, n: int) -> float:
     """FLOP/s of a square n x n matmul in dtype: what a prefill's matmuls reach at best."""
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-    return 2 * n**3 / seconds_per_call(lambda: a @ b, device, repeat=10)
+    return 2 * n**3 / seconds_per_call(lambda: a @ b, device, repeat=30)
 
 
 def weight_bytes(model) -> int:
