@@ -66,6 +66,20 @@ if not INTERPRETED:
                                   options={"enable_fp_fusion": paged_attention.FP_FUSION})
         assert compiled.asm["cubin"]
 
+    def test_layer_bench_dry_run():
+        """`python -m floodway.engine.kernels.bench --cpu`, the GPU session's side-by-side command, cannot rot: every
+        row printed, the kernel path equal to the SDPA path."""
+        pytest.importorskip("triton", reason="triton is not installed (the CPU engine image leaves it out)")
+        child = subprocess.run([sys.executable, "-P", "-m", "floodway.engine.kernels.bench", "--cpu"],
+                               capture_output=True, text=True, timeout=300)
+        assert child.returncode == 0, child.stderr[-3000:]
+        rows = [line.split("|")[1:-1] for line in child.stdout.splitlines()
+                if line.startswith(("| decode", "| prefill"))]
+        assert [r[0].strip() for r in rows] == ["decode x1, context 9", "decode x1, context 16", "decode x3, context 9",
+                                               "decode x3, context 16", "prefill 5 after 0", "prefill 3 after 6"]
+        assert all(float(r[4]) < 1e-4 for r in rows), child.stdout
+
+
 
 @pytest.fixture(scope="module")
 def kernels():
