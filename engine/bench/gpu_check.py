@@ -156,8 +156,13 @@ def run_transformers(path: str, prof: Profile, rep: ModelReport, prompts: list[l
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, prof.dtype)).to(device).eval()
+    # Parity first, on the model as loaded (continuous batching swaps its attention implementation while it runs).
+    ref = model if prof.dtype == "float32" else copy.deepcopy(model).float()
+    rep.parity_rows = parity.compare(ours, model, ref, prompts, prof.parity_tokens)
+    say(*("  " + line for line in parity.render(rep.parity_rows, prof.dtype, prof.parity_tokens)))
+    del ref
+    free(device)
     vocab = model.config.vocab_size
-    parity.hf_greedy(model, [5, 6, 7], 2)  # warm-up
     cb = speed.has_continuous_batching(model)
     if not cb:
         say("  this transformers has no continuous batching (continuous_batching_context_manager / generate_batch)")
@@ -169,10 +174,7 @@ def run_transformers(path: str, prof: Profile, rep: ModelReport, prompts: list[l
                                                               EngineConfig().max_num_batched_tokens)
         say(f"  decode batch {b}: transformers static {rep.static[b]:,.1f} tok/s, continuous "
             f"{_fmt(rep.continuous.get(b, 'n/a'))}")
-    ref = model if prof.dtype == "float32" else copy.deepcopy(model).float()
-    rep.parity_rows = parity.compare(ours, model, ref, prompts, prof.parity_tokens)
-    say(*("  " + line for line in parity.render(rep.parity_rows, prof.dtype, prof.parity_tokens)))
-    del model, ref
+    del model
     free(device)
 
 
