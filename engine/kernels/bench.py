@@ -6,8 +6,9 @@ Each row times `attention.paged_attention` (the layer call the engine makes, the
 with the SDPA metadata and with the kernel metadata on one step of random K/V in shuffled blocks: decodes at
 several batch sizes and context lengths, and prefill chunks after cached prefixes. It prints microseconds per
 call, SDPA / kernel, the largest difference of the two outputs, and for decode the kernel's K/V read rate as a
-share of the device's measured copy bandwidth. --cpu runs tiny shapes through Triton's interpreter (seconds: it
-keeps the command from rotting; its times say nothing).
+share of the device's measured copy bandwidth. It exits 1 when a difference exceeds the dtype's tolerance, so a
+GPU session also learns whether the compiled kernels are right. --cpu runs tiny shapes through Triton's interpreter
+(seconds: it keeps the command from rotting; its times say nothing).
 """
 
 import argparse
@@ -25,6 +26,7 @@ GPU = dict(heads=32, kv_heads=8, head_dim=128, block_size=16, dtype=torch.bfloat
            contexts=(512, 2048, 8192), prefills=((0, 512), (1536, 512), (7680, 512)), repeat=20)
 CPU = dict(heads=4, kv_heads=2, head_dim=16, block_size=4, dtype=torch.float32, batches=(1, 3), contexts=(9, 16),
            prefills=((0, 5), (6, 3)), repeat=1)
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}  # largest |sdpa - kernel| allowed
 
 
 def step(shape: dict, rows: list[tuple[int, int]], device: torch.device, seed: int = 0):
@@ -66,7 +68,7 @@ def kv_bytes(shape: dict, rows: list[tuple[int, int]]) -> int:
     return per_position * sum(p + n for p, n in rows)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpu", action="store_true", help="tiny shapes in Triton's interpreter (a dry run)")
     args = ap.parse_args(argv)
@@ -82,13 +84,19 @@ def main(argv=None) -> None:
     print("|---|---|---|---|---|---|")
     cases = [(f"decode x{b}, context {c}", [(c - 1, 1)] * b) for b in shape["batches"] for c in shape["contexts"]]
     cases += [(f"prefill {n} after {p}", [(p, n)]) for p, n in shape["prefills"]]
+    wrong = []
     for label, rows in cases:
         r = compare(shape, rows, device)
+        if not r["diff"] <= TOLERANCE[shape["dtype"]]:  # NaN fails too
+            wrong.append(label)
         share = (f"{kv_bytes(shape, rows) / r['kernel_s'] / bandwidth:.0%}"
                  if bandwidth and label.startswith("decode") else "-")
         print(f"| {label} | {r['sdpa_s'] * 1e6:.0f} | {r['kernel_s'] * 1e6:.0f} | "
               f"{r['sdpa_s'] / r['kernel_s']:.2f}x | {r['diff']:.2g} | {share} |")
+    if wrong:
+        print(f"FAIL: the kernel path differs from SDPA beyond {TOLERANCE[shape['dtype']]:g} in: {', '.join(wrong)}")
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
