@@ -97,6 +97,6 @@ def run(trace: list[Request], specs: list[str], cfg: SimConfig, ours: Autoscaler
         run_cfg = overflow_enabled(cfg, with_overflow)
         # The overflow budget is only ours to spend where the gateway overflows.
         policy = ours if with_overflow else replace(ours, overflow_share=0.0)
-        scaler = build(name, sizing, policy, ours.target_concurrency)
+        scaler = build(name, sizing, policy, ours.per_replica)
         results.append(simulate(trace, replace(scaler, name=spec), run_cfg))
     return sizing, results
