@@ -10,12 +10,15 @@ On CUDA the step carries KernelInputs instead, and two Triton kernels (engine/ke
 block table: one call for all decodes, one for all prefill chunks.
 """
 
+import importlib.util
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 ATTN_NAME = "floodway_paged"
+# CUDA steps use the Triton kernels where triton is installed (it comes with PyPI's CUDA torch), else the SDPA path.
+KERNELS_AVAILABLE = importlib.util.find_spec("triton") is not None
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 import torch
+from floodway.engine import attention
 from floodway.engine.attention import DecodeGroup, KernelInputs, PrefillChunk, StepMeta
 
 # A decode joins the current group unless its context is shorter than this share of the group's longest:
@@ -35,7 +36,7 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, ker
     """-> (meta, input_ids [1, T], position_ids [1, T], logits_to_keep): the sampling seqs' last positions in
     seqs' order, then each seq's leading num_prompt_logits positions in seqs' order.
     The packed order puts single-token sequences first, longest context first, then prefill chunks.
-    The attention metadata is for the Triton kernels when `kernels` (default: on CUDA), else for SDPA."""
+    The attention metadata is for the Triton kernels when `kernels` (default: on CUDA with triton), else for SDPA."""
     bs = block_size
     order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].token_ids) != 1, -seqs[i].start_pos))
     num_decode = sum(1 for s in seqs if len(s.token_ids) == 1)
@@ -51,7 +52,7 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, ker
         last[i] = len(ids) - 1
     dec, pre = [seqs[i] for i in order[:num_decode]], [seqs[i] for i in order[num_decode:]]
     if kernels is None:
-        kernels = torch.device(device).type == "cuda"
+        kernels = torch.device(device).type == "cuda" and attention.KERNELS_AVAILABLE
     decodes, prefills = ([], []) if kernels else _sdpa_inputs(dec, pre, bs, device)
     meta = StepMeta(k_caches, v_caches, torch.tensor(slots, device=device), decodes, prefills,
                     kernel_inputs(dec, pre, bs, device) if kernels else None)
