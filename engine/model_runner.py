@@ -1,7 +1,7 @@
 """Loads a transformers causal LM with our paged attention and runs one packed forward per step."""
 
 import torch
-from floodway.engine import attention, cuda_graphs, kv_cache, step_inputs
+from floodway.engine import attention, cuda_graphs, kv_cache, packed_linear, step_inputs
 from floodway.engine.config import EngineConfig
 from floodway.engine.step_inputs import SeqInput
 
@@ -30,6 +30,8 @@ class ModelRunner:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype,
                                                           attn_implementation=attention.ATTN_NAME)
         self.model.to(self.device).eval()
+        if packed_linear.supported(self.device, self.dtype):
+            packed_linear.pack(self.model)
         self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.tokenizer) if cfg.tokenizer else path)
         hf = self.model.config
         self.vocab_size = hf.vocab_size

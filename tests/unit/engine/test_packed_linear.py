@@ -1,0 +1,34 @@
+"""bf16 linear layers with oneDNN-prepacked weights on CPU: what they replace, and the same logits as the plain
+model's (to bf16 rounding), for one token and for a batch."""
+
+import pytest
+import torch
+from floodway.engine import packed_linear
+
+pytestmark = pytest.mark.unit
+
+needs_onednn_bf16 = pytest.mark.skipif(
+    not packed_linear.supported(torch.device("cpu"), torch.bfloat16),
+    reason="needs a CPU and torch build with oneDNN bf16 kernels (AVX512-BF16 or AMX)")
+
+
+def test_only_bf16_on_cpu():
+    assert not packed_linear.supported(torch.device("cpu"), torch.float32)
+    assert not packed_linear.supported(torch.device("cuda"), torch.bfloat16)
+
+
+@needs_onednn_bf16
+def test_packed_model_gives_the_plain_models_logits(tiny_model_path):
+    from transformers import AutoModelForCausalLM
+
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.bfloat16).eval()
+    packed = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.bfloat16).eval()
+    linears = sum(type(m) is torch.nn.Linear for m in packed.modules())
+    assert packed_linear.pack(packed) == linears > 0
+    assert not any(type(m) is torch.nn.Linear for m in packed.modules())
+    ids = torch.randint(4, 4000, (3, 20), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        for x in (ids[:1, :1], ids):  # one token (a batch-1 decode), and a batch of sequences
+            a, b = plain(x).logits.float(), packed(x).logits.float()
+            torch.testing.assert_close(b, a, atol=0.1, rtol=0.05)
+            assert (a.argmax(-1) == b.argmax(-1)).float().mean() > 0.9
