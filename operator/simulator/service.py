@@ -18,9 +18,11 @@ SIMULATED_API = {"enabled": True, "baseURL": "http://overflow.simulated/v1",
 
 
 def capacity_fields(profile: ReplicaProfile, tpot_slo_s: float) -> dict:
-    """The spec's autoscaling capacity from an engine profile (`floodway simulate --profile FILE` prints it)."""
+    """The spec's autoscaling capacity from an engine profile (`floodway simulate --profile FILE` prints it). At
+    least one sequence: where even one misses the TPOT SLO (0 in the spec would mean "unknown"), a replica is
+    sized for one request at a time."""
     return {"prefillTokensPerSecond": round(profile.prefill_tokens_per_s, 1),
-            "decodeSequences": profile.decode_sequences(tpot_slo_s)}
+            "decodeSequences": max(1, profile.decode_sequences(tpot_slo_s))}
 
 
 def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float, attainment: float,

@@ -43,6 +43,7 @@ def test_a_profile_becomes_the_spec_fields_and_both_paths_decide_alike(tmp_path)
     ours = prepare(Options(scenario="spiky", profile=str(path)))[2]
     fields = capacity_fields(ReplicaProfile.from_json(path), 0.05)
     assert fields == {"prefillTokensPerSecond": 1000.0, "decodeSequences": 28}
+    assert capacity_fields(ReplicaProfile.from_json(path), 0.01)["decodeSequences"] == 1  # not 0, "unknown"
     # What a user applies after reading those fields off `floodway simulate --profile` (the simulator's bounds).
     spec = InferenceServiceSpec.model_validate({
         "model": "m", "replicas": {"min": 1, "max": 8}, "slo": {"ttftMs": 500, "tpotMs": 50},
