@@ -1,0 +1,100 @@
+"""The served chat benchmark (`floodway bench engine --workload chat`): our engine's server and llama.cpp's
+llama-server on the same weights, each a real process on 127.0.0.1 with the same thread count, driven by the same
+closed-loop streamed chat load at each concurrency in turn; every system runs the same requests.
+
+All servers start before the first measurement and idle while another is measured, so one run compares them under
+the same machine conditions; the servers' own CPU seconds are reported too (a shared machine's load moves wall
+clock, not CPU time).
+"""
+
+import asyncio
+import os
+import tempfile
+
+import typer
+from floodway.engine.bench import llamacpp
+from floodway.engine.bench.chat_load import LoadResult, closed_loop
+from floodway.operator import procs
+
+SERVED = "bench-model"
+BASELINES = {"llamacpp": "bf16", "llamacpp-q4_1": "q4_1"}  # name -> which SmolLM2 GGUF
+BATCH_TOKENS = 2048  # each server's token budget per step (our engine's default)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _start(model: str, baselines: list[str], slots: int, threads: int, dtype: str, max_model_len: int,
+           llama_server: str | None, logs: str) -> list[tuple[str, procs.Proc]]:
+    servers = []
+    port = procs.free_port()
+    ours = procs.FLOODWAY_ARGV + ["engine", "--model", model, "--served-model-name", SERVED, "--dtype", dtype,
+                                  "--max-num-seqs", str(slots), "--max-model-len", str(max_model_len),
+                                  "--max-num-batched-tokens", str(BATCH_TOKENS), "--host", "127.0.0.1",
+                                  "--port", str(port), "--log-level", "warning"]
+    env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+    servers.append(("floodway engine", procs.start(ours, port, "/ready", timeout_s=600, env=env,
+                                                   log_path=f"{logs}/floodway.log")))
+    if baselines:
+        binary, ggufs = llamacpp.server_binary(llama_server), llamacpp.smollm2_ggufs()
+        for name in baselines:
+            port = procs.free_port()
+            argv = llamacpp.server_argv(binary, ggufs[BASELINES[name]], SERVED, port, slots, max_model_len, threads,
+                                        BATCH_TOKENS)
+            servers.append((f"llama-server {BASELINES[name]}",
+                            procs.start(argv, port, "/health", timeout_s=300, log_path=f"{logs}/{name}.log")))
+    return servers
+
+
+def run(model: str, baselines: list[str], concurrencies: list[int], threads: int, dtype: str, max_model_len: int,
+        max_tokens: int, num_requests: int | None, llama_server: str | None) -> None:
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise typer.BadParameter(f"unknown baseline(s) {unknown} for the chat workload; choose from {list(BASELINES)}")
+    from floodway.engine.models.smollm2 import NAME
+
+    if baselines and model != NAME:
+        raise typer.BadParameter(f"the llama-server baselines serve {NAME}'s GGUF: use --model {NAME}")
+    rows: list[tuple[int, str, LoadResult]] = []
+    with tempfile.TemporaryDirectory(prefix="floodway-bench-") as logs:
+        servers = []
+        try:
+            servers = _start(model, baselines, max(concurrencies), threads, dtype, max_model_len, llama_server, logs)
+            for _, proc in servers:  # warm-up: first-request costs stay out of the figures
+                asyncio.run(closed_loop(proc.url, SERVED, 1, 2, 8, first_id=10**6))
+            first = 0
+            for c in concurrencies:
+                n = num_requests or max(8, 4 * c)
+                for name, proc in servers:
+                    cpu = _cpu_seconds(proc.pid)
+                    result = asyncio.run(closed_loop(proc.url, SERVED, c, n, max_tokens, first_id=first))
+                    result.cpu_seconds = _cpu_seconds(proc.pid) - cpu
+                    rows.append((c, name, result))
+                    typer.echo(f"concurrency {c}, {name}: {result.tokens_per_s:.1f} tok/s", err=True)
+                first += n
+        finally:
+            for _, proc in servers:
+                proc.stop(grace_s=10)
+    typer.echo(render(model, dtype, threads, max_tokens, rows))
+
+
+def render(model: str, dtype: str, threads: int, max_tokens: int, rows: list[tuple[int, str, LoadResult]]) -> str:
+    """A markdown table, each concurrency's systems side by side with ours over each (pure)."""
+    lines = [f"model: {model} ({dtype} in our engine), {threads or 'default'} thread(s) per server, chat requests "
+             f"of {max_tokens} new tokens, closed loop", "",
+             "| concurrency | system | output tok/s | floodway x | TTFT p50 ms | floodway TTFT x | TTFT p99 ms "
+             "| tok/CPU-s | requests | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ours: dict[int, LoadResult] = {}
+    for c, name, r in rows:
+        base = ours.setdefault(c, r)
+        speed = base.tokens_per_s / r.tokens_per_s if r.tokens_per_s else float("nan")
+        ttft = base.ttft_ms(0.5) / r.ttft_ms(0.5) if r.ttfts else float("nan")
+        per_cpu = f"{r.tokens / r.cpu_seconds:.1f}" if r.cpu_seconds else "-"
+        short = f" ({r.short} short)" if r.short else ""
+        lines.append(f"| {c} | {name} | {r.tokens_per_s:.1f} | {speed:.2f}x | {r.ttft_ms(0.5):.0f} | {ttft:.2f}x "
+                     f"| {r.ttft_ms(0.99):.0f} | {per_cpu} | {len(r.ttfts)}{short} | {r.seconds:.1f} |")
+    return "\n".join(lines)

@@ -1,0 +1,29 @@
+"""`floodway bench engine --workload chat` as a real process: our engine's server started, loaded by the closed-loop
+streamed chat client at two concurrencies, every request answered with exactly the tokens asked for. (The
+llama-server baselines run the same client against the binary e2e/llamacpp/build.sh builds; its flags are unit-tested
+and the server itself runs in tests/integration/runtimes/test_llamacpp.py.)"""
+
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_served_chat_bench_without_baselines(floodway_cmd, tiny_model_path):
+    res = subprocess.run(floodway_cmd + ["bench", "engine", "--model", tiny_model_path, "--workload", "chat",
+                                         "--baselines", "", "--concurrency", "1,3", "--num-requests", "3",
+                                         "--max-tokens", "5", "--threads", "1"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [line.split(" | ") for line in res.stdout.splitlines() if line.startswith("| 1 |") or
+            line.startswith("| 3 |")]
+    assert [r[1] for r in rows] == ["floodway engine"] * 2
+    for r in rows:
+        assert float(r[2]) > 0 and r[3] == "1.00x" and r[8] == "3"  # tok/s, ratio to itself, 3 requests, none short
+
+
+def test_llama_baselines_need_smollm2(floodway_cmd, tiny_model_path):
+    res = subprocess.run(floodway_cmd + ["bench", "engine", "--model", tiny_model_path, "--workload", "chat",
+                                         "--baselines", "llamacpp"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "smollm2" in res.stderr
