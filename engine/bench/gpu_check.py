@@ -117,12 +117,9 @@ def run_ours(path: str, prof: Profile, rep: ModelReport, prompts: list[list[int]
     from floodway.engine.sampling_params import SamplingParams
 
     llm = LLM(path, **engine_kwargs(prof))
-    model, vocab = llm.engine.runner.model, llm.engine.runner.vocab_size
-    rep.params = sum(p.numel() for p in model.parameters())
-    rep.weight_bytes, rep.matmul_params = speed.weight_bytes(model), speed.matmul_params(model)
+    vocab = llm.engine.runner.vocab_size
     rep.kv = kv_line(llm, device)
-    say(f"  {rep.params / 1e9:.3f}B parameters, {rep.weight_bytes / 2**30:.2f} GiB read per batch-1 decode step",
-        f"  KV cache: {rep.kv}")
+    say(f"  KV cache: {rep.kv}")
     greedy = SamplingParams(max_tokens=prof.parity_tokens, temperature=0.0, ignore_eos=True)
     # The self-test of the failure path: the first prompt's logits pushed toward one token, as a wrong kernel would.
     per = [dataclasses.replace(greedy, logit_bias={4: 100.0}) if inject and i == 0 else greedy
@@ -137,7 +134,7 @@ def run_ours(path: str, prof: Profile, rep: ModelReport, prompts: list[list[int]
     speed.prefill(llm, speed.random_prompts(2001, 2, prof.prefill_len, vocab))
     rep.prefill = speed.prefill(llm, speed.random_prompts(2002, prof.prefill_prompts, prof.prefill_len, vocab))
     say(f"  prefill {prof.prefill_prompts} x {prof.prefill_len} tokens: floodway {rep.prefill:,.0f} tok/s")
-    del llm, model
+    del llm
     free(device)
     if has_enforce_eager():
         llm = LLM(path, enforce_eager=True, **engine_kwargs(prof))
@@ -188,7 +185,12 @@ def check_model(name: str, prof: Profile, device: torch.device, inject: bool) ->
         path = write_random_model(pathlib.Path(tmp) / name, arch, seed=0, device=prof.device, dtype=prof.dtype,
                                   **overrides)
         rep = ModelReport(name, describe(path))
-        say(f"== {name}: {rep.shape} (written in {time.perf_counter() - started:.0f} s)")
+        # Counted on the meta device: the engine's own copy may hold weights in other forms (packed on a CPU).
+        skeleton = speed.skeleton(path, getattr(torch, prof.dtype))
+        rep.params = sum(p.numel() for p in skeleton.parameters())
+        rep.weight_bytes, rep.matmul_params = speed.weight_bytes(skeleton), speed.matmul_params(skeleton)
+        say(f"== {name}: {rep.shape} (written in {time.perf_counter() - started:.0f} s)",
+            f"  {rep.params / 1e9:.3f}B parameters, {rep.weight_bytes / 2**30:.2f} GiB read per batch-1 decode step")
         prompts = parity_prompts(prof)
         ours = run_ours(path, prof, rep, prompts, inject, device)
         run_transformers(path, prof, rep, prompts, ours, device)

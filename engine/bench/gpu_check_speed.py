@@ -38,6 +38,14 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, n: int) -> float:
     return 2 * n**3 / seconds_per_call(lambda: a @ b, device, repeat=30)
 
 
+def skeleton(path: str, dtype: torch.dtype):
+    """The model at path built on the meta device: its parameters' shapes and dtype, no memory, no weights read."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype)
+
+
 def weight_bytes(model) -> int:
     """Bytes one batch-1 decode step reads: every weight (parameters() counts a tied one once) but the input
     embedding table, of which it reads one row, unless the output head is that table."""
