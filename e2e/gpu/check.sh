@@ -3,8 +3,9 @@
 # transformers' batching, KV blocks. Needs python3 with torch and transformers only; nothing is installed or
 # downloaded. `--cpu`: the same path on tiny shapes, in seconds (make test runs it). `--help` lists the options.
 # The engine is imported from this checkout through a throwaway folder that maps floodway.engine and
-# floodway.operator onto engine/ and operator/, as setup.py does, never with the repo root on the import path
-# (its operator/ would shadow the standard library's). PYTHON picks the interpreter (default python3).
+# floodway.operator onto engine/ and operator/, as setup.py does, and holds the launcher, so that the import root is
+# that folder on any Python 3, never the repo root or the working directory (a folder named operator/ there would
+# shadow the standard library's). PYTHON picks the interpreter (default python3); TMPDIR holds the models written.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 shim="$(mktemp -d)"
@@ -12,6 +13,7 @@ trap 'rm -rf "$shim"' EXIT
 mkdir "$shim/floodway"
 ln -s "$root/engine" "$shim/floodway/engine"
 ln -s "$root/operator" "$shim/floodway/operator"
+printf 'from floodway.engine.bench.gpu_check import main\n\nraise SystemExit(main())\n' > "$shim/gpu_check_main.py"
 # Progress bars and load warnings off: the output is the report.
 export TQDM_DISABLE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
-PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -P -m floodway.engine.bench.gpu_check "$@"
+"${PYTHON:-python3}" "$shim/gpu_check_main.py" "$@"
