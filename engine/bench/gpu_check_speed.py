@@ -97,4 +97,9 @@ def transformers_continuous(model, prompts: list[list[int]], new_tokens: int, ma
 
 
 def has_continuous_batching(model) -> bool:
+    """Whether this transformers has the manager and the config class systems.run_hf_continuous drives."""
+    try:
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: F401
+    except ImportError:
+        return False
     return hasattr(model, "continuous_batching_context_manager")
