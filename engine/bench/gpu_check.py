@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import datetime
 import gc
+import logging
 import pathlib
 import statistics
 import sys
@@ -279,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import transformers
 
+    # Its own handler, past TRANSFORMERS_VERBOSITY: the baseline's eos_token_id=None warns on every run.
+    logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     title = (f"GPU check, {datetime.date.today()}, {name}, {prof.dtype}, torch {torch.__version__}, transformers "
              f"{transformers.__version__}")
