@@ -105,6 +105,7 @@ class DecodeGraphs:
                          floodway_meta=meta)
         return out.logits[0].float()
 
+    @torch.inference_mode()  # the buffers are inference tensors when built in inference mode, as the runner does
     def run(self, seqs: list[SeqInput]) -> torch.Tensor | None:
         """float32 logits [sampling seqs in order, V], or None when the step is not a captured decode step."""
         size = padded_size(seqs, self.sizes)

