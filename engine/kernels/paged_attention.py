@@ -220,15 +220,16 @@ def paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale=None, *,
 
 
 def paged_prefill(q, k_cache, v_cache, block_tables, query_start, context_lens, scale=None, *, out=None,
-                  block_m=64, tile_n=64):
+                  block_m=None, tile_n=64):
     """Prefill chunks whose K/V (cached prefix and the chunk's own tokens) are already in the cache: q [T, H, D]
     -> [T, H, D]. Chunk s is q[query_start[s]:query_start[s + 1]], its context is context_lens[s] positions
-    through block_tables[s], and its token i (of n) sees positions < context_lens[s] - n + i + 1."""
+    through block_tables[s], and its token i (of n) sees positions < context_lens[s] - n + i + 1. `block_m` query
+    rows per program (default 64; 32 past head_dim 128, where 64 rows spill registers on sm_90)."""
     tokens, heads, head_dim = q.shape
     group, kv_heads, d_pad, qk_scale, dot, precision = _common(q, k_cache, scale)
     out = torch.empty_like(q) if out is None else out
     num_seqs = context_lens.shape[0]
-    block_m = max(block_m, triton.next_power_of_2(group))
+    block_m = max(block_m or (64 if d_pad <= 128 else 32), triton.next_power_of_2(group))
     block_q = block_m // group
     _prefill_kernel[(tokens // block_q + num_seqs, kv_heads)](
         out, q, k_cache, v_cache, block_tables, query_start, context_lens, qk_scale, num_seqs,
