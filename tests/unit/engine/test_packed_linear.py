@@ -32,3 +32,13 @@ def test_packed_model_gives_the_plain_models_logits(tiny_model_path):
             a, b = plain(x).logits.float(), packed(x).logits.float()
             torch.testing.assert_close(b, a, atol=0.1, rtol=0.05)
             assert (a.argmax(-1) == b.argmax(-1)).float().mean() > 0.9
+
+
+@needs_onednn_bf16
+def test_prepack_bench_prints_both_side_by_side(tiny_model_path, capsys):
+    from floodway.engine.bench.prepack import main
+
+    main(model=tiny_model_path, batches="1,3", tokens=3, rounds=1)
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 |")
+            or line.startswith("| 3 |")]
+    assert len(rows) == 2 and all(float(r[1]) > 0 and float(r[2]) > 0 and r[3].endswith("x |") for r in rows)
