@@ -28,9 +28,9 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _start(model: str, baselines: list[str], slots: int, threads: int, dtype: str, max_model_len: int,
-           llama_server: str | None, logs: str) -> list[tuple[str, procs.Proc]]:
-    servers = []
+def _start(servers: list[tuple[str, procs.Proc]], model: str, baselines: list[str], slots: int, threads: int,
+           dtype: str, max_model_len: int, llama_server: str | None, logs: str) -> None:
+    """Starts each server and appends it to `servers` as soon as it runs (so a later failure still stops it)."""
     port = procs.free_port()
     ours = procs.FLOODWAY_ARGV + ["engine", "--model", model, "--served-model-name", SERVED, "--dtype", dtype,
                                   "--max-num-seqs", str(slots), "--max-model-len", str(max_model_len),
@@ -47,7 +47,6 @@ def _start(model: str, baselines: list[str], slots: int, threads: int, dtype: st
                                         BATCH_TOKENS)
             servers.append((f"llama-server {BASELINES[name]}",
                             procs.start(argv, port, "/health", timeout_s=300, log_path=f"{logs}/{name}.log")))
-    return servers
 
 
 def run(model: str, baselines: list[str], concurrencies: list[int], threads: int, dtype: str, max_model_len: int,
@@ -61,9 +60,9 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
         raise typer.BadParameter(f"the llama-server baselines serve {NAME}'s GGUF: use --model {NAME}")
     rows: list[tuple[int, str, LoadResult]] = []
     with tempfile.TemporaryDirectory(prefix="floodway-bench-") as logs:
-        servers = []
+        servers: list[tuple[str, procs.Proc]] = []
         try:
-            servers = _start(model, baselines, max(concurrencies), threads, dtype, max_model_len, llama_server, logs)
+            _start(servers, model, baselines, max(concurrencies), threads, dtype, max_model_len, llama_server, logs)
             for _, proc in servers:  # warm-up: first-request costs stay out of the figures
                 asyncio.run(closed_loop(proc.url, SERVED, 1, 2, 8, first_id=10**6))
             first = 0
