@@ -83,9 +83,11 @@ class Routing(_Strict):
     prefix_load_cap: float = Field(PrefixPolicy.load_cap, ge=1, description="A backend takes a request for its "
                                    "cache only while its requests stay within this multiple of the pool's mean...")
     prefix_load_slack: float = Field(PrefixPolicy.load_slack, ge=0, description="... plus this many requests.")
+    prefix_min_gain: float = Field(PrefixPolicy.min_gain, ge=0, le=1, description="Share of the prompt a backend "
+                                   "must hold beyond what every backend holds to be preferred for it.")
 
     def prefix_policy(self) -> PrefixPolicy | None:
-        return PrefixPolicy(self.prefix_weight, self.prefix_load_cap, self.prefix_load_slack) \
+        return PrefixPolicy(self.prefix_weight, self.prefix_load_cap, self.prefix_load_slack, self.prefix_min_gain) \
             if self.prefix_aware else None
 
 

@@ -15,18 +15,20 @@ Power of two choices: sample two distinct ready backends and take the lower scor
 sampled). It spreads load nearly as well as least-loaded but does not herd every request onto the same
 backend between two scrapes. The RNG is passed in, so tests and the simulator are deterministic.
 
-Prefix-aware pick (`pick_prefix`): `hits` says, per backend, the share (0..1) of this request's prompt blocks
-it likely holds in its prefix cache (the gateway's prefix index, or the simulator's replicas). What every ready
+Prefix-aware pick (`pick_prefix`): `hits` says, per backend, the share (0..1) of this request's prompt blocks it
+likely holds in its prefix cache (the gateway's prefix index, or the simulator's replicas). What every ready
 backend holds (a system prompt they all cached) tells nothing about where to send it, so only each one's gain over
-the least any holds counts. When no backend gains, the pick is the load-only one above, so traffic without shared
-prefixes is routed exactly as before. Otherwise the lowest `load_score - prefix_weight * gain` wins (ties: a
-random one) among the backends within the load cap: those whose request count after taking this one stays within
-`load_cap` x the pool's mean (after it) plus `load_slack` requests, and always the least loaded. The cap is what
-keeps a hot prefix from piling every request onto its holder: past it, the request goes where load says and that
-backend learns the prefix. Its defaults come from replaying `floodway bench routing` offline (prefix_replay.py):
-at 1.25 x mean + 1 the cap sent a conversation's later turns away from their holder for 16-22% of the
-single-engine bound's hits; at 1.5 x mean + 2 for 1-15%, the spread of prefill work over the engines within 0.02
-of it (README, "Prefix-aware routing").
+the least any holds counts, and only from `min_gain` of the prompt up: with a smaller one, idle engines tie and the
+holders of a short shared prefix would win every tie, so at low load one engine took all the traffic and evicted
+(prefix_replay.py, the engine's token keys at 0.08 s steps: all 75 requests on one engine). When no backend gains,
+the pick is the load-only one above, so traffic without shared prefixes is routed exactly as before. Otherwise the
+lowest `load_score - prefix_weight * gain` wins (ties: a random one) among the backends within the load cap: those
+whose request count after taking this one stays within `load_cap` x the pool's mean (after it) plus `load_slack`
+requests, and always the least loaded. The cap is what keeps a hot prefix from piling every request onto its
+holder: past it, the request goes where load says and that backend learns the prefix. Its defaults come from
+replaying `floodway bench routing` offline (prefix_replay.py): at 1.25 x mean + 1 the cap sent a conversation's
+later turns away from their holder for 16-22% of the single-engine bound's hits; at 1.5 x mean + 2 for 1-15%, the
+spread of prefill work over the engines within 0.02 of it (README, "Prefix-aware routing").
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class PrefixPolicy:
     weight: float = 4.0  # score a whole-prompt hit is worth, in queued requests
     load_cap: float = 1.5
     load_slack: float = 2.0
+    min_gain: float = 0.1  # a smaller share of the prompt is no reason to prefer its holder
 
 
 def requests_at(b: BackendLoad) -> float:
@@ -90,10 +93,12 @@ def prefix_score(b: BackendLoad, hit: float, w: RoutingWeights, p: PrefixPolicy)
     return load_score(b, w) - p.weight * hit
 
 
-def prefix_gains(candidates: Sequence[BackendLoad], hits: Mapping[str, float]) -> dict[str, float]:
-    """Each candidate's hit beyond the least any of them holds (what they all hold says nothing)."""
+def prefix_gains(candidates: Sequence[BackendLoad], hits: Mapping[str, float], p: PrefixPolicy) -> dict[str, float]:
+    """Each candidate's hit beyond the least any of them holds (what they all hold says nothing), 0 below
+    `p.min_gain`."""
     common = min((hits.get(b.id, 0.0) for b in candidates), default=0.0)
-    return {b.id: hits.get(b.id, 0.0) - common for b in candidates}
+    gains = {b.id: hits.get(b.id, 0.0) - common for b in candidates}
+    return {bid: g if g >= p.min_gain else 0.0 for bid, g in gains.items()}
 
 
 def pick_prefix(backends: Sequence[BackendLoad], hits: Mapping[str, float], rng: random.Random,
@@ -101,7 +106,7 @@ def pick_prefix(backends: Sequence[BackendLoad], hits: Mapping[str, float], rng:
                 exclude: frozenset[str] = frozenset()) -> BackendLoad | None:
     """The chosen ready backend not in `exclude` given each one's prefix `hits` (0..1), or None."""
     candidates = [b for b in backends if b.ready and b.id not in exclude]
-    gains = prefix_gains(candidates, hits)
+    gains = prefix_gains(candidates, hits, policy)
     if not any(gains.values()):
         return pick(candidates, rng, weights)
     allowed = [b for b in candidates if within_cap(b, candidates, policy)]

@@ -178,7 +178,7 @@ class Simulation:
             hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)}
             loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage)
                      for i, s in enumerate(ready)]
-            if any(prefix_gains(loads, hits).values()):
+            if any(prefix_gains(loads, hits, self.cfg.prefix_policy).values()):
                 return ready[int(pick_prefix(loads, hits, self.rng, RoutingWeights(), self.cfg.prefix_policy).id)]
         return self._pick(ready)
 

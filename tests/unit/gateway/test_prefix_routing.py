@@ -18,7 +18,7 @@ from floodway.operator.gateway.routing import (
 
 pytestmark = pytest.mark.unit
 
-W, P = RoutingWeights(), PrefixPolicy(weight=4.0, load_cap=1.25, load_slack=1.0)
+W, P = RoutingWeights(), PrefixPolicy(weight=4.0, load_cap=1.25, load_slack=1.0, min_gain=0.0)
 
 
 def pool(*loads: int) -> list[BackendLoad]:
@@ -50,12 +50,24 @@ def test_a_prefix_every_backend_holds_is_no_reason_and_ties_are_drawn():
     holders of more than the rest tie at random."""
     backends = pool(3, 0, 0, 1)
     everywhere = {b.id: 0.1 for b in backends}
-    assert prefix_gains(backends, everywhere) == {b.id: 0.0 for b in backends}
+    assert prefix_gains(backends, everywhere, P) == {b.id: 0.0 for b in backends}
     for seed in range(20):
         assert pick_prefix(backends, everywhere, random.Random(seed), W, P) == pick(backends, random.Random(seed), W)
     chosen = {pick_prefix(pool(0, 0, 0), {"0": 0.2, "1": 0.8, "2": 0.8}, random.Random(seed), W, P).id
               for seed in range(20)}
     assert chosen == {"1", "2"}  # the two holders of more, either, never the one holding only what all hold
+
+
+def test_a_small_gain_is_no_reason_so_an_engine_without_a_short_shared_prefix_still_gets_traffic():
+    """Three idle engines hold a system prompt of a twentieth of the prompt, the fourth never got it: below
+    min_gain it routes on load (all idle: any of the four), else the fourth would never learn it."""
+    idle = pool(0, 0, 0, 0)
+    short = {"0": 0.05, "1": 0.05, "2": 0.05}
+    shipped = PrefixPolicy()
+    assert prefix_gains(idle, short, shipped) == {b.id: 0.0 for b in idle}
+    assert {pick_prefix(idle, short, random.Random(seed), W, shipped).id for seed in range(40)} == {"0", "1", "2", "3"}
+    assert prefix_gains(idle, {"0": 0.1}, shipped)["0"] == pytest.approx(0.1)
+    assert pick_prefix(idle, {"0": 0.1}, random.Random(0), W, shipped).id == "0"
 
 
 def test_the_shipped_cap_is_1_5_x_the_mean_plus_2():
