@@ -44,7 +44,8 @@ class ModelRunner:
             head_dim=getattr(hf, "head_dim", None) or hf.hidden_size // num_heads,
             block_size=cfg.block_size, dtype=self.dtype)
         self.num_blocks = kv_cache.num_blocks_for(cfg, self.shape, self.max_model_len, self.device)
-        use_graphs = self.device.type == "cuda" and not cfg.enforce_eager
+        # The captured step calls the Triton decode kernel: without triton, CUDA steps stay eager on SDPA.
+        use_graphs = self.device.type == "cuda" and not cfg.enforce_eager and attention.KERNELS_AVAILABLE
         # With graphs, one more block than the pool hands out: padded rows of a replayed step write there.
         self.k_caches, self.v_caches = kv_cache.allocate(self.shape, self.num_blocks + use_graphs, self.device)
         self.graphs = None
