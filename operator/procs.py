@@ -40,6 +40,16 @@ class Proc:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds the process has used (Linux /proc; NaN elsewhere): benchmarks report it
+        beside wall time, which a shared machine's load moves."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return float("nan")
+
     def log_tail(self, chars: int = 4000) -> str:
         if not self.log_path or not os.path.exists(self.log_path):
             return ""

@@ -8,7 +8,6 @@ clock, not CPU time).
 """
 
 import asyncio
-import os
 import tempfile
 
 import typer
@@ -19,13 +18,6 @@ from floodway.operator import procs
 SERVED = "bench-model"
 BASELINES = {"llamacpp": "bf16", "llamacpp-q4_1": "q4_1"}  # name -> which SmolLM2 GGUF
 BATCH_TOKENS = 2048  # each server's token budget per step (our engine's default)
-
-
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _start(servers: list[tuple[str, procs.Proc]], model: str, baselines: list[str], slots: int, threads: int,
@@ -69,9 +61,9 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
             for c in concurrencies:
                 n = num_requests or max(8, 4 * c)
                 for name, proc in servers:
-                    cpu = _cpu_seconds(proc.pid)
+                    cpu = proc.cpu_seconds()
                     result = asyncio.run(closed_loop(proc.url, SERVED, c, n, max_tokens, first_id=first))
-                    result.cpu_seconds = _cpu_seconds(proc.pid) - cpu
+                    result.cpu_seconds = proc.cpu_seconds() - cpu
                     rows.append((c, name, result))
                     typer.echo(f"concurrency {c}, {name}: {result.tokens_per_s:.1f} tok/s", err=True)
                 first += n

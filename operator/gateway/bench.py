@@ -67,16 +67,6 @@ def _bucket_quantile(before: list, after: list, q: float) -> float:
     return next((le for le, c in counts if total and c >= q * total), float("nan"))
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc; NaN elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return float("nan")
-
-
 def _wait_idle(engine_url: str, timeout_s: float = 300.0) -> None:
     """Until the engine runs and queues nothing, so that one phase's backlog never lands in the next."""
     deadline = time.monotonic() + timeout_s
@@ -96,10 +86,10 @@ def _row(name: str, r: dict) -> str:
 def _compare(engine: procs.Proc, gateway: procs.Proc, workload: str, body: dict, expected: int, rate: float,
              duration: float) -> list[str]:
     _wait_idle(engine.url)
-    before, cpu_before = _added_buckets(httpx.get(gateway.url + "/metrics").text), _cpu_s(gateway.pid)
+    before, cpu_before = _added_buckets(httpx.get(gateway.url + "/metrics").text), gateway.cpu_seconds()
     started = time.monotonic()
     direct, via, added = asyncio.run(_paired(engine.url, gateway.url, body, expected, rate, duration))
-    after, cpu = _added_buckets(httpx.get(gateway.url + "/metrics").text), _cpu_s(gateway.pid) - cpu_before
+    after, cpu = _added_buckets(httpx.get(gateway.url + "/metrics").text), gateway.cpu_seconds() - cpu_before
     return [f"-- {workload}: {rate:g} req/s in all for {duration:g} s (pairs: one direct, one via the gateway)",
             _row("direct", direct), _row("via gateway", via),
             f"{'difference':<18} {'':>6} {'':>6} {'':>6} {via['throughput'] / direct['throughput']:>7.2f}x "
