@@ -10,6 +10,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from floodway.engine.bench.report import quantile
+
 QUESTIONS = [
     "What is the capital of France?", "Write a haiku about the sea.", "Explain gravity to a child.",
     "List three fruits and say why each is healthy.", "What is 12 times 12?", "Give me a tip for learning to cook.",
@@ -38,10 +40,7 @@ class LoadResult:
 
     def ttft_ms(self, q: float) -> float:
         """The q-quantile of TTFT in ms (pure)."""
-        if not self.ttfts:
-            return float("nan")
-        ordered = sorted(self.ttfts)
-        return 1000 * ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+        return 1000 * quantile(self.ttfts, q)
 
 
 def parse_sse(line: bytes) -> dict | None:

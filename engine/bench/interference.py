@@ -10,13 +10,9 @@ import random
 import statistics
 import time
 
+from floodway.engine.bench.report import quantile
 from floodway.engine.prefill_budget import StepTimes
 from floodway.engine.sampling_params import SamplingParams
-
-
-def _quantile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
 def run_once(engine, tpot_slo_ms: float, decoders: int, decode_tokens: int, long_prompts: int, long_len: int,
@@ -48,9 +44,9 @@ def run_once(engine, tpot_slo_ms: float, decoders: int, decode_tokens: int, long
             for rid, o in done.items() if rid.startswith("dec-")]
     ttft = [o.metrics.first_token_time - o.metrics.arrival_time for rid, o in done.items() if rid.startswith("long-")]
     times = engine.step_times
-    return {"tpot_slo_ms": tpot_slo_ms, "tpot_p50_ms": 1000 * _quantile(tpot, 0.5),
+    return {"tpot_slo_ms": tpot_slo_ms, "tpot_p50_ms": 1000 * quantile(tpot, 0.5),
             "decode_ms": 1000 * (times.decode_s or 0.0), "prefill_us": 1e6 * (times.s_per_prefill_token or 0.0),
-            "tpot_p99_ms": 1000 * _quantile(tpot, 0.99), "itl_p99_ms": 1000 * _quantile(gaps, 0.99),
+            "tpot_p99_ms": 1000 * quantile(tpot, 0.99), "itl_p99_ms": 1000 * quantile(gaps, 0.99),
             "long_ttft_p50_s": statistics.median(ttft), "steps": step}
 
 
