@@ -4,7 +4,13 @@ import random
 from dataclasses import replace
 
 import pytest
-from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState, decide, service_attainment
+from floodway.operator.autoscaler.policy import (
+    AutoscalerPolicy,
+    ScalerState,
+    decide,
+    prefill_rate_needed,
+    service_attainment,
+)
 from floodway.operator.autoscaler.signals import Signals
 
 pytestmark = pytest.mark.unit
@@ -196,7 +202,7 @@ TOKENS = replace(P, prefill_tokens_per_s=10_000.0, prefill_target=0.5)  # 5k pro
 
 def test_prompt_tokens_count_as_demand_when_requests_in_flight_do_not_show_it():
     # 2k-token prompts with short answers: 4 requests in flight, but 20k prompt tokens/s arrive, 4 replicas' worth.
-    load = dict(running=4, attainment=1.0, prompt_token_rate=20_000.0)
+    load = dict(running=4, attainment=1.0, prompt_token_rate=20_000.0, window_s=5.0)
     assert decide(ScalerState(1), sig(1, **load), P, 0).replicas == 1  # in requests: one replica is plenty
     d = decide(ScalerState(1), sig(1, **load), TOKENS, 0)
     assert d.replicas == 4 and d.reason.startswith("panic")  # 4x one replica's prefill: past the panic threshold
@@ -208,8 +214,8 @@ def test_token_demand_scales_down_only_with_the_utilization_margin():
     # Hysteresis: scale up at 1 replica's worth per replica, down only when the stabilization window's peak fits
     # the smaller pool at scale_down_utilization (0.7): 3 replicas take at most 2.1 replicas' worth (10.5k/s).
     def at(rate):
-        return run(TOKENS, ScalerState(4), lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=rate),
-                   0, 1200)
+        return run(TOKENS, ScalerState(4), lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=rate,
+                                                            window_s=5.0), 0, 1200)
     assert {d.replicas for d in at(16_000.0)} == {4}
     assert {d.replicas for d in at(12_000.0)} == {4}
     ds = at(10_000.0)  # 2 replicas' worth fits 3 x 0.7 but not 2 x 0.7: one step down, then it holds
@@ -220,7 +226,8 @@ def test_no_flapping_on_noisy_token_demand():
     rng = random.Random(2)
     # Prompt tokens/s wander +-40% around 2.5 replicas' worth, as 5 s windows of bursty traffic do.
     ds = run(TOKENS, ScalerState(3), lambda t, n: sig(n, running=3, attainment=1.0,
-                                                      prompt_token_rate=12_500 * rng.uniform(0.6, 1.4)), 0, 3600)
+                                                      prompt_token_rate=12_500 * rng.uniform(0.6, 1.4), window_s=5.0),
+             0, 3600)
     changes = sum(1 for a, b in zip(ds, ds[1:], strict=False) if a.replicas != b.replicas)
     assert changes <= 2, [d.reason for d in ds if not d.reason.startswith("hold")]
 
@@ -230,7 +237,7 @@ def test_the_last_bursts_of_prompt_tokens_hold_the_pool_for_the_token_stabilizat
     # faster than a cold start, so the pool keeps what the last ones needed instead of shrinking between them.
     def load(t, n):
         burst = t % 300 < 20
-        return sig(n, running=2, attainment=1.0, prompt_token_rate=20_000.0 if burst else 100.0)
+        return sig(n, running=2, attainment=1.0, prompt_token_rate=20_000.0 if burst else 100.0, window_s=5.0)
     ds = run(TOKENS, ScalerState(1), load, 0, 3600)
     assert max(d.replicas for d in ds) >= 4
     first = next(i for i, d in enumerate(ds) if d.replicas >= 4)
@@ -238,6 +245,30 @@ def test_the_last_bursts_of_prompt_tokens_hold_the_pool_for_the_token_stabilizat
     changes = sum(1 for a, b in zip(ds, ds[1:], strict=False) if a.replicas != b.replicas)
     assert changes <= 3
     # Without bursts for longer than token_stabilization_s it steps down.
-    quiet = run(TOKENS, ds[-1].state, lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=100.0),
+    quiet = run(TOKENS, ds[-1].state, lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=100.0,
+                                                       window_s=5.0),
                 3605, 3605 + TOKENS.token_stabilization_s + 300)
     assert quiet[-1].replicas < 4
+
+
+def test_prefill_rate_needed_clears_every_span_within_its_length_plus_the_slack():
+    ticks = [(5.0, 0.0)] * 11 + [(5.0, 100_000.0)]  # a minute with one 5 s burst of 100k prompt tokens at its end
+    assert prefill_rate_needed(ticks, 0.0) == 20_000.0  # no slack: the burst's own rate
+    assert prefill_rate_needed(ticks, 5.0) == 10_000.0  # a 5 s slack: the burst spread over 10 s
+    steady = [(5.0, 50_000.0)] * 12  # 10k/s for a minute: the longest span counts, near the mean
+    assert prefill_rate_needed(steady, 0.0) == 10_000.0
+    assert prefill_rate_needed(steady, 5.0) == pytest.approx(10_000.0 * 60 / 65)
+    assert prefill_rate_needed([], 5.0) == 0.0
+
+
+def test_the_ttft_slo_lets_a_burst_of_prompt_tokens_wait_in_whole_decision_intervals():
+    # One 5 s tick of 40k prompt tokens/s (8 replicas' worth at 5k/s each) after a quiet minute.
+    def burst_tick(p):
+        state = run(p, ScalerState(2), lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=100.0,
+                                                        window_s=5.0), 0, 60)[-1].state
+        return decide(state, sig(2, running=2, attainment=1.0, prompt_token_rate=40_000.0, window_s=5.0), p, 65)
+    half = burst_tick(replace(TOKENS, ttft_slo_s=0.5))  # 0.5 s: no whole interval of slack, sized as before
+    assert half.replicas == 8 and "demand 80.0" in half.reason
+    assert burst_tick(replace(TOKENS, ttft_slo_s=0.0)).replicas == 8
+    five = burst_tick(replace(TOKENS, ttft_slo_s=5.0))  # 5 s: the burst may wait one interval, so half the rate
+    assert five.replicas == 4 and "demand 40.0" in five.reason

@@ -31,10 +31,10 @@ def test_spec_defaults_are_the_autoscaler_defaults():
 
 
 def test_policy_follows_the_spec():
-    p = autoscaler_policy(spec(replicas={"min": 0, "max": 3}, slo={"attainment": 0.9},
+    p = autoscaler_policy(spec(replicas={"min": 0, "max": 3}, slo={"attainment": 0.9, "ttftMs": 5000},
                                autoscaling={"targetConcurrency": 2, "scaleToZeroAfterSeconds": 30, "sloNoiseZ": 0}))
     assert (p.min_replicas, p.max_replicas, p.target_concurrency, p.slo_attainment, p.scale_to_zero_after_s,
-            p.slo_noise_z) == (0, 3, 2, 0.9, 30, 0)
+            p.slo_noise_z, p.ttft_slo_s) == (0, 3, 2, 0.9, 30, 0, 5.0)
 
 
 def busy(t: float, waiting: float, finished: float = 0.0) -> Scrape:
