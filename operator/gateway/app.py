@@ -24,7 +24,6 @@ from floodway.operator.gateway.metrics import GatewayMetrics
 from floodway.operator.gateway.overflow import breaker_allows
 from floodway.operator.gateway.payload import error_body
 from floodway.operator.gateway.proxy import Gateway
-from floodway.operator.gateway.routing import RoutingWeights
 from floodway.operator.gateway.upstream import UpstreamClient
 from floodway.operator.runtimes import RUNTIMES
 from starlette.responses import JSONResponse, Response
@@ -67,8 +66,7 @@ def _remote_session() -> aiohttp.ClientSession:
 def create_app(config: GatewayConfig):
     """The ASGI application: proxied POSTs straight to the Gateway, the rest to a FastAPI app."""
     tokens = _read_tokens(config.auth.tokens_file)
-    table = BackendTable(RoutingWeights(config.routing.waiting_weight, config.routing.kv_weight),
-                         random.Random(config.routing.seed), RUNTIMES[config.engine_runtime],
+    table = BackendTable(config.routing.weights(), random.Random(config.routing.seed), RUNTIMES[config.engine_runtime],
                          config.routing.prefix_policy())
     table.set_endpoints([(url, url) for url in config.backends.static])
     metrics = GatewayMetrics()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from dataclasses import dataclass
 
 import aiohttp
@@ -19,9 +20,11 @@ from floodway.operator.gateway.routing import (
     BackendLoad,
     PrefixPolicy,
     RoutingWeights,
+    decayed,
     estimate_waiting,
     pick,
     pick_prefix,
+    uncached_tokens,
 )
 from floodway.operator.runtimes import DEFAULT, RUNTIMES, MetricNames, Runtime
 from prometheus_client.parser import text_string_to_metric_families
@@ -73,7 +76,9 @@ class Backend:
     seen_running: float = 0.0  # the most requests ever seen running there
     max_num_seqs: float = 0.0  # the engine's batch capacity (vllm:cache_config_info); 0: not exported
     prefill_waiting: float = 0.0  # scraped prompt tokens not yet prefilled (0 where the engine does not say)
-    pending_tokens: int = 0  # prompt tokens of the gateway's requests there without a first byte yet
+    pending_tokens: int = 0  # uncached prompt tokens of the gateway's requests there without a first byte yet
+    recent_tokens: float = 0.0  # uncached prompt tokens sent there, decayed to recent_at (routing.decayed)
+    recent_at: float = 0.0
 
     @property
     def backlog(self) -> float:
@@ -85,10 +90,10 @@ class Backend:
         """Requests the engine runs at once: as it says, else the most seen running (0: unknown)."""
         return self.max_num_seqs or self.seen_running
 
-    def load(self) -> BackendLoad:
+    def load(self, recent_tokens: float = 0.0) -> BackendLoad:
         return BackendLoad(self.id, self.ready, self.in_flight,
                            estimate_waiting(self.waiting, self.in_flight, self.in_flight_at_scrape, self.capacity),
-                           self.running, self.kv_usage)
+                           self.running, self.kv_usage, self.backlog, recent_tokens)
 
 
 @dataclass(frozen=True)
@@ -101,9 +106,9 @@ class PoolTotals:
 
 class BackendTable:
     def __init__(self, weights: RoutingWeights, rng: random.Random, runtime: Runtime = RUNTIMES[DEFAULT],
-                 prefix: PrefixPolicy | None = None):
+                 prefix: PrefixPolicy | None = None, clock=time.monotonic):
         """prefix: the prefix-aware policy (None: load-only routing)."""
-        self.weights, self.rng, self.runtime, self.prefix = weights, rng, runtime, prefix
+        self.weights, self.rng, self.runtime, self.prefix, self.clock = weights, rng, runtime, prefix, clock
         self.backends: dict[str, Backend] = {}
         self.index = PrefixIndex()
 
@@ -116,19 +121,28 @@ class BackendTable:
         self.index.retain(current)
 
     def pick(self, exclude: frozenset[str], keys: list[int] = ()) -> Backend | None:
-        """The backend for a request whose prompt has these prefix `keys` (prefix_index.request_keys); it is
-        recorded as holding them from now on."""
-        loads = [b.load() for b in self.backends.values()]
+        return self.route(exclude, keys)[0]
+
+    def route(self, exclude: frozenset[str], keys: list[int] = (),
+              prompt_tokens: int = 0) -> tuple[Backend | None, int]:
+        """The backend for a request whose prompt has these prefix `keys` (prefix_index.request_keys) and about
+        `prompt_tokens` tokens, and how many of them it likely has to prefill (not in its cache). It is recorded
+        as holding the keys from now on, and as sent those tokens."""
+        now, half_life = self.clock(), self.weights.recent_half_life_s
+        loads = [b.load(decayed(b.recent_tokens, now - b.recent_at, half_life)) for b in self.backends.values()]
+        hits: dict[str, float] = {}
         if self.prefix is None or not keys:
             chosen = pick(loads, self.rng, self.weights, exclude)
         else:
             hits = {b.id: self.index.matched(b.id, keys) / len(keys) for b in loads if b.ready}
             chosen = pick_prefix(loads, hits, self.rng, self.weights, self.prefix, exclude)
         if chosen is None:
-            return None
+            return None, 0
         if self.prefix is not None and keys:
             self.index.record(chosen.id, keys)
-        return self.backends[chosen.id]
+        backend, uncached = self.backends[chosen.id], uncached_tokens(prompt_tokens, hits.get(chosen.id, 0.0))
+        backend.recent_tokens, backend.recent_at = chosen.recent_tokens + uncached, now
+        return backend, uncached
 
     def totals(self, exclude: frozenset[str] = frozenset()) -> PoolTotals:
         ready = [b for b in self.backends.values() if b.ready and b.id not in exclude]

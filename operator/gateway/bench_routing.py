@@ -17,8 +17,8 @@ Each workload renders its text with its own salt, so nothing it sends is cached 
 router:
 the cluster-wide prefix-cache hit rate from the engines' own counters (vllm:prefix_cache_hits/queries), the
 single-engine unbounded bound (the same prompts' tokens fed to an unbounded cache one request at a time),
-TTFT p50/p99 (time to the stream's first bytes through the gateway), and the per-engine spread (max/mean) of
-requests and of prefill tokens computed.
+TTFT p50/p99 (time to the stream's first bytes through the gateway) and the p50 of later turns alone (first turns
+can hit nothing of their own), and the per-engine spread (max/mean) of requests and of prefill tokens computed.
 """
 
 from __future__ import annotations
@@ -44,15 +44,26 @@ BLOCK_WORDS = 16  # one trace block: 16 single-token words, one engine block at 
 ENGINE_BLOCK = BLOCK_TOKENS  # the engines' block size, as the gateway's token-id keys
 
 
+def conversation(ids: list[int]) -> int | None:
+    """A request's conversation: its second block id (the first is a prompt shared by nearly all)."""
+    return ids[1] if len(ids) > 1 else None
+
+
 def conversations(rows: list[dict], n: int, max_blocks: int) -> list[list[int]]:
     """The block ids of every turn of the first n conversations, in trace order, each cut to max_blocks."""
-    def key(row: dict) -> int | None:
-        ids = row["hash_ids"]
-        return ids[1] if len(ids) > 1 else None
-
-    first = [k for k in dict.fromkeys(key(r) for r in rows) if k is not None][:n]
+    first = [k for k in dict.fromkeys(conversation(r["hash_ids"]) for r in rows) if k is not None][:n]
     chosen = set(first)
-    return [r["hash_ids"][:max_blocks] for r in rows if key(r) in chosen]
+    return [r["hash_ids"][:max_blocks] for r in rows if conversation(r["hash_ids"]) in chosen]
+
+
+def first_turns(requests: list[list[int]]) -> list[bool]:
+    """Per request (block ids, in order), whether it opens its conversation: nothing can hold its own blocks."""
+    seen: set[int | None] = set()
+    out = []
+    for ids in requests:
+        out.append(conversation(ids) not in seen)
+        seen.add(conversation(ids))
+    return out
 
 
 def mooncake_conversations(n: int, max_blocks: int, traces: str | None = None) -> list[list[int]]:
@@ -144,7 +155,8 @@ def _counters(url: str) -> tuple[float, float]:
     return values["vllm:prefix_cache_hits_total"], values["vllm:prefix_cache_queries_total"]
 
 
-def _arms(arms: list[tuple[list[procs.Proc], procs.Proc]], bodies: list[dict], rate: float) -> list[dict]:
+def _arms(arms: list[tuple[list[procs.Proc], procs.Proc]], bodies: list[dict], rate: float,
+          first: list[bool]) -> list[dict]:
     """Sends `bodies` through each (engines, gateway) arm at the same time on the same schedule."""
     for engines, _ in arms:
         for e in engines:
@@ -156,10 +168,10 @@ def _arms(arms: list[tuple[list[procs.Proc], procs.Proc]], bodies: list[dict], r
                                       for _, gw in arms))
 
     results = asyncio.run(send_all())
-    return [_summary(engines, b, r) for (engines, _), b, r in zip(arms, before, results, strict=True)]
+    return [_summary(engines, b, r, first) for (engines, _), b, r in zip(arms, before, results, strict=True)]
 
 
-def _summary(engines: list[procs.Proc], before: list[tuple[float, float]], results: list) -> dict:
+def _summary(engines: list[procs.Proc], before: list[tuple[float, float]], results: list, first: list[bool]) -> dict:
     for e in engines:
         _wait_idle(e.url)
     after = [_counters(e.url) for e in engines]
@@ -167,9 +179,11 @@ def _summary(engines: list[procs.Proc], before: list[tuple[float, float]], resul
     queries = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
     ok = [r for r in results if r.status == 200]
     ttft = [r.first_byte_at - r.sent_at for r in ok]
+    later = [r.first_byte_at - r.sent_at for r in ok if not first[r.index]]
     served = Counter(r.backend for r in ok)
     return {"sent": len(results), "ok": len(ok), "hit": sum(hits) / sum(queries) if sum(queries) else 0.0,
             "queries": sum(queries), "p50": _percentile(ttft, 0.5), "p99": _percentile(ttft, 0.99),
+            "later_p50": _percentile(later, 0.5),
             "req_spread": spread([served.get(e.url, 0) for e in engines]),
             "prefill_spread": spread([q - h for q, h in zip(queries, hits, strict=True)])}
 
@@ -214,7 +228,7 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
                 f"{len(shared)} requests ({conversations_n} Mooncake conversations, blocks of {BLOCK_WORDS} tokens, "
                 f"at most {max_blocks} blocks), {rate:g} req/s open loop, max_tokens {max_tokens}, streamed",
                 f"{'workload':<17} {'router':<13} {'ok':>7} {'hit rate':>8} {'of bound':>8} {'TTFT p50':>9} "
-                f"{'TTFT p99':>9} {'req max/mean':>12} {'prefill max/mean':>16}"]
+                f"{'TTFT p99':>9} {'later p50':>9} {'req max/mean':>12} {'prefill max/mean':>16}"]
     text_s, token_s = key_costs([render(ids, 0, vocab) for ids in shared])
     rows_out.insert(0, f"prefix keys on the request path, CPU per request over these prompts: text blocks (ours) "
                        f"{text_s * 1e6:.0f} us, tokenizer + token blocks {token_s * 1e6:.0f} us "
@@ -240,16 +254,18 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
                 bound = bound_hits / bound_total
                 bodies = [{"model": served, "prompt": t, "max_tokens": max_tokens, "temperature": 0, "stream": True}
                           for t in texts]
-                results = dict(zip(routers, _arms(arms, bodies, rate), strict=True))
+                results = dict(zip(routers, _arms(arms, bodies, rate, first_turns(requests)), strict=True))
                 for router, r in results.items():
                     rows_out.append(
                         f"{workload:<17} {router:<13} {r['ok']:>3}/{r['sent']:<3} {r['hit']:>8.1%} "
                         f"{(r['hit'] / bound if bound else float('nan')):>8.1%} {r['p50'] * 1000:>7.0f}ms "
-                        f"{r['p99'] * 1000:>7.0f}ms {r['req_spread']:>12.2f} {r['prefill_spread']:>16.2f}"
+                        f"{r['p99'] * 1000:>7.0f}ms {r['later_p50'] * 1000:>7.0f}ms {r['req_spread']:>12.2f} "
+                        f"{r['prefill_spread']:>16.2f}"
                         f"   (bound {bound:.1%}; tokens looked up {r['queries']:.0f}, prompts {bound_total})")
                 load, prefix = results["load-only"], results["prefix-aware"]
                 rows_out.append(f"{workload:<17} prefix-aware / load-only: TTFT p50 x{prefix['p50'] / load['p50']:.2f}"
-                                f", p99 x{prefix['p99'] / load['p99']:.2f}, hit rate x"
+                                f", p99 x{prefix['p99'] / load['p99']:.2f}, later turns' p50 x"
+                                f"{prefix['later_p50'] / load['later_p50']:.2f}, hit rate x"
                                 f"{(prefix['hit'] / load['hit']) if load['hit'] else float('nan'):.2f}")
         finally:
             for proc in reversed(started):

@@ -32,7 +32,7 @@ from typing import Literal
 
 import yaml
 from floodway.operator.gateway.overflow import BreakerPolicy, BudgetLimits, OverflowPolicy
-from floodway.operator.gateway.routing import PrefixPolicy
+from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
 from floodway.operator.runtimes import DEFAULT, RUNTIMES
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -74,8 +74,15 @@ class Backends(_Strict):
 
 class Routing(_Strict):
     seed: int | None = Field(None, description="Seed of the power-of-two-choices sampler (None: random).")
-    waiting_weight: float = Field(1.0, ge=0, description="Extra score per queued request on a backend.")
-    kv_weight: float = Field(4.0, ge=0, description="Score added at 100% KV cache usage.")
+    waiting_weight: float = Field(RoutingWeights.waiting_weight, ge=0,
+                                  description="Extra score per queued request on a backend.")
+    kv_weight: float = Field(RoutingWeights.kv_weight, ge=0, description="Score added at 100% KV cache usage.")
+    prefill_unit_tokens: float = Field(RoutingWeights.prefill_unit_tokens, ge=0, description="Prompt tokens a "
+                                       "backend has yet to prefill (not in its prefix cache) that score as much "
+                                       "as one request there (0: not counted).")
+    recent_half_life_s: float = Field(RoutingWeights.recent_half_life_s, gt=0, description="Half-life of the "
+                                      "prefill tokens sent to each backend lately, which break ties between "
+                                      "equally loaded backends (the one that got less work wins).")
     prefix_aware: bool = Field(True, description="Prefer the backend likely to hold the prompt's prefix in its "
                                "KV cache (routing.pick_prefix); false: load only.")
     prefix_weight: float = Field(PrefixPolicy.weight, ge=0, description="Score a whole-prompt prefix hit is "
@@ -85,6 +92,9 @@ class Routing(_Strict):
     prefix_load_slack: float = Field(PrefixPolicy.load_slack, ge=0, description="... plus this many requests.")
     prefix_min_gain: float = Field(PrefixPolicy.min_gain, ge=0, le=1, description="Share of the prompt a backend "
                                    "must hold beyond what every backend holds to be preferred for it.")
+
+    def weights(self) -> RoutingWeights:
+        return RoutingWeights(self.waiting_weight, self.kv_weight, self.prefill_unit_tokens, self.recent_half_life_s)
 
     def prefix_policy(self) -> PrefixPolicy | None:
         return PrefixPolicy(self.prefix_weight, self.prefix_load_cap, self.prefix_load_slack, self.prefix_min_gain) \

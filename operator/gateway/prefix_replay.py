@@ -17,6 +17,7 @@ it away from its holder), `in flight` (routed there, not computed yet when the r
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,7 @@ from floodway.engine.scheduler import Scheduler
 from floodway.operator.gateway.bench_routing import (
     ENGINE_BLOCK,
     bound_blocks,
+    first_turns,
     mooncake_conversations,
     render,
     single_engine_bound,
@@ -38,7 +40,15 @@ from floodway.operator.gateway.bench_routing import (
     words,
 )
 from floodway.operator.gateway.prefix_index import PrefixIndex, request_keys
-from floodway.operator.gateway.routing import BackendLoad, PrefixPolicy, RoutingWeights, pick, pick_prefix
+from floodway.operator.gateway.routing import (
+    BackendLoad,
+    PrefixPolicy,
+    RoutingWeights,
+    decayed,
+    pick,
+    pick_prefix,
+    uncached_tokens,
+)
 
 CAUSES = ("elsewhere", "in flight", "evicted")
 
@@ -57,13 +67,14 @@ class Router:
     name: str
     prefix: PrefixPolicy | None = None  # None: load only
     learn: str = "text"  # the index: "text" (the gateway's keys), "tokens" (the engine's blocks), "engine" (its cache)
+    weights: RoutingWeights = RoutingWeights()
 
 
 @dataclass
 class ReplayResult:
     hit_tokens: int = 0
     prompt_tokens: int = 0
-    ttft: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)  # per request, in arrival order
     served: Counter = field(default_factory=Counter)  # engine -> requests
     prefill: Counter = field(default_factory=Counter)  # engine -> prompt tokens computed (not cache hits)
     lost: Counter = field(default_factory=Counter)  # cause -> prompt tokens the bound hits and the engine did not
@@ -78,13 +89,17 @@ class _Engine:
         self.kv = KVManager(shape.num_blocks, ENGINE_BLOCK)
         self.sched = Scheduler(self.kv, shape.max_num_seqs, shape.max_num_batched_tokens, chunked_prefill=True)
         self.in_flight = 0
+        self.pending: dict[Request, int] = {}  # the gateway's count: uncached prompt tokens before the first token
+        self.recent, self.recent_at = 0.0, 0.0  # the gateway's prefill tokens sent here (decayed), when last sent
         self.routed: dict[int, int] = {}  # engine block hash -> the first request routed here with it
         self.computed: set[int] = set()  # engine block hashes ever cached here
 
-    def load(self, i: int) -> BackendLoad:
+    def load(self, i: int, t: float, half_life_s: float) -> BackendLoad:
         pool = self.kv.pool
         return BackendLoad(str(i), True, self.in_flight, len(self.sched.waiting), len(self.sched.running),
-                           (pool.num_total - pool.num_free) / pool.num_total)
+                           (pool.num_total - pool.num_free) / pool.num_total,
+                           max(self.sched.num_prefill_tokens_waiting, sum(self.pending.values())),
+                           decayed(self.recent, t - self.recent_at, half_life_s))
 
     def cached(self, keys: list[int]) -> int:
         """Leading blocks of these engine block hashes in the cache now."""
@@ -106,7 +121,7 @@ def engine_keys(ids: list[int]) -> list[int]:
 def replay(prompts: list[list[int]], texts: list[str], rate: float, engines: int, shape: EngineShape,
            router: Router, seed: int = 0) -> ReplayResult:
     """Request i (prompt text `texts[i]`, its token ids `prompts[i]`) arrives at i / rate."""
-    rng, weights, index = random.Random(seed), RoutingWeights(), PrefixIndex()
+    rng, weights, index = random.Random(seed), router.weights, PrefixIndex()
     pool = [_Engine(shape) for _ in range(engines)]
     for j in range(engines):
         index.set_capacity(str(j), shape.num_blocks)
@@ -114,7 +129,7 @@ def replay(prompts: list[list[int]], texts: list[str], rate: float, engines: int
     keys = {"text": lambda: [request_keys({"prompt": t}) for t in texts], "engine": lambda: blocks,
             "tokens": lambda: [request_keys({"prompt": ids}) for ids in prompts]}[router.learn]()
     bound = bound_blocks(prompts)
-    result = ReplayResult()
+    result = ReplayResult(ttft=[math.nan] * len(prompts))
     where: dict[Request, tuple[int, int]] = {}  # request -> (its index, its engine)
     pending: dict[int, list] = {}  # engine -> the scheduled sequences of its current step
     events = [(i / rate, 0, i) for i in range(len(prompts))]  # (t, 0: request i arrives | 1: engine i's step ends)
@@ -154,23 +169,22 @@ def replay(prompts: list[list[int]], texts: list[str], rate: float, engines: int
                 req.append_token(0)
                 if req.metrics.first_token_time is None:
                     req.metrics.first_token_time = t
-                    result.ttft.append(t - req.metrics.arrival_time)
+                    del eng.pending[req]
+                    result.ttft[where[req][0]] = t - req.metrics.arrival_time
                 if len(req.output_token_ids) >= shape.max_tokens:
                     eng.sched.finish(req)
                     eng.in_flight -= 1
         start_step(e, t)
 
     def arrive(i: int, t: float) -> None:
-        loads = [eng.load(j) for j, eng in enumerate(pool)]
+        loads = [eng.load(j, t, weights.recent_half_life_s) for j, eng in enumerate(pool)]
+        mine, hits = keys[i], {}
         if router.prefix is None:
             chosen = pick(loads, rng, weights)
         else:
-            mine = keys[i]
-            if not mine:
-                hits = {}
-            elif router.learn == "engine":
+            if mine and router.learn == "engine":
                 hits = {str(j): eng.cached(mine) / len(mine) for j, eng in enumerate(pool)}
-            else:
+            elif mine:
                 hits = {str(j): index.matched(str(j), mine) / len(mine) for j in range(engines)}
             chosen = pick_prefix(loads, hits, rng, weights, router.prefix)
             index.record(chosen.id, mine)
@@ -178,6 +192,8 @@ def replay(prompts: list[list[int]], texts: list[str], rate: float, engines: int
         eng = pool[e]
         req = Request(str(i), list(prompts[i]), SamplingParams(max_tokens=shape.max_tokens), RequestMetrics(t))
         where[req] = i, e
+        eng.pending[req] = uncached_tokens(len(prompts[i]), hits.get(chosen.id, 0.0))
+        eng.recent, eng.recent_at = loads[e].recent_tokens + eng.pending[req], t
         for key in blocks[i]:
             eng.routed.setdefault(key, i)
         eng.in_flight += 1
@@ -192,15 +208,32 @@ def replay(prompts: list[list[int]], texts: list[str], rate: float, engines: int
     return result
 
 
+BY_COUNT = RoutingWeights(prefill_unit_tokens=0.0, recent_half_life_s=1e-9)  # the former load: requests, ties drawn
+
+
 def routers() -> list[Router]:
     """The routers the replay compares: load only, the shipped prefix-aware one, the same with the index of the
     engine's token blocks or with the engine's cache itself (what published block events give at best, with no
-    lag), and with the former cap (1.25 x mean + 1) or none."""
+    lag), with the former cap (1.25 x mean + 1) or none, and both routers with the former load measure (requests
+    only, ties at random)."""
     shipped = PrefixPolicy()
     return [Router("load-only"), Router("prefix-aware", shipped), Router("+ token keys", shipped, "tokens"),
             Router("+ engine cache", shipped, "engine"),
             Router("cap 1.25x+1", replace(shipped, load_cap=1.25, load_slack=1.0)),
-            Router("no cap", replace(shipped, load_cap=float("inf")))]
+            Router("no cap", replace(shipped, load_cap=float("inf"))),
+            Router("load, by count", weights=BY_COUNT), Router("prefix, by count", shipped, weights=BY_COUNT)]
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def ttft_at_bound(prompts: list[list[int]], shape: EngineShape) -> list[float]:
+    """Each request's TTFT on an idle engine holding all the single-engine bound holds: its uncached tokens in
+    chunks of the step's token budget, the last chunk's step sampling the first token. No router does better on
+    a quiet machine."""
+    return [math.ceil((len(ids) - ENGINE_BLOCK * held) / shape.max_num_batched_tokens) * shape.step_s
+            for ids, held in zip(prompts, bound_blocks(prompts), strict=True)]
 
 
 def report(engines: int, conversations_n: int, rate: float, shape: EngineShape, max_blocks: int,
@@ -209,7 +242,8 @@ def report(engines: int, conversations_n: int, rate: float, shape: EngineShape, 
     averaged over `seeds` (the power-of-two choices' draws)."""
     if min(engines, conversations_n, seeds, max_blocks) < 1 or rate <= 0 or not step_s or min(step_s) <= 0:
         raise ValueError("counts must be >= 1, rate and step times > 0")
-    texts = [render(ids, 0, words()) for ids in mooncake_conversations(conversations_n, max_blocks, traces)]
+    requests = mooncake_conversations(conversations_n, max_blocks, traces)
+    texts, first = [render(ids, 0, words()) for ids in requests], first_turns(requests)
     prompts = token_ids(texts)
     bound_hits, bound_total = single_engine_bound(prompts)
     bound = bound_hits / bound_total
@@ -217,8 +251,8 @@ def report(engines: int, conversations_n: int, rate: float, shape: EngineShape, 
            f"sequences, {shape.max_num_batched_tokens} tokens a step, {shape.max_tokens} output tokens), "
            f"{len(prompts)} requests at {rate:g}/s, "
            f"mean of {seeds} seeds; single-engine bound {bound:.1%}; lost: share of the bound's hit tokens missed, "
-           "by cause",
-           f"{'step':>5} {'router':<15} {'hit rate':>8} {'of bound':>8} {'TTFT p50':>9} {'x load':>6} "
+           f"by cause; TTFT p50 of all requests ({sum(first)} first turns), and of later turns alone",
+           f"{'step':>5} {'router':<16} {'hit rate':>8} {'of bound':>8} {'TTFT p50':>9} {'x load':>6} {'later':>7} "
            f"{'req max/mean':>12} {'prefill max/mean':>16}  lost: " + " / ".join(CAUSES)]
     for step in step_s:
         base = None
@@ -226,11 +260,17 @@ def report(engines: int, conversations_n: int, rate: float, shape: EngineShape, 
             runs = [replay(prompts, texts, rate, engines, replace(shape, step_s=step), router, seed)
                     for seed in range(seeds)]
             hit = sum(r.hit_rate for r in runs) / seeds
-            p50 = sum(sorted(r.ttft)[len(r.ttft) // 2] for r in runs) / seeds
+            p50 = sum(median(r.ttft) for r in runs) / seeds
+            later = sum(median([x for x, f in zip(r.ttft, first, strict=True) if not f]) for r in runs) / seeds
             base = base or p50
             req = sum(spread([r.served[e] for e in range(engines)]) for r in runs) / seeds
             work = sum(spread([r.prefill[e] for e in range(engines)]) for r in runs) / seeds
             lost = " / ".join(f"{sum(r.lost[c] for r in runs) / seeds / bound_hits:.1%}" for c in CAUSES)
-            out.append(f"{step:>4g}s {router.name:<15} {hit:>8.1%} {hit / bound:>8.1%} {p50:>8.1f}s "
-                       f"{p50 / base:>6.2f} {req:>12.2f} {work:>16.2f}  {lost}")
+            out.append(f"{step:>4g}s {router.name:<16} {hit:>8.1%} {hit / bound:>8.1%} {p50:>8.2f}s "
+                       f"{p50 / base:>6.2f} {later:>6.2f}s {req:>12.2f} {work:>16.2f}  {lost}")
+        best = ttft_at_bound(prompts, replace(shape, step_s=step))
+        later = median([x for x, f in zip(best, first, strict=True) if not f])
+        out.append(f"{step:>4g}s {'at the bound':<16} {'':>8} {'':>8} {median(best):>8.2f}s "
+                   f"{median(best) / base:>6.2f} {later:>6.2f}s"
+                   "   (idle engines holding all the single-engine bound holds: the best TTFT without queueing)")
     return "\n".join(out)

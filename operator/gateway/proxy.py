@@ -164,9 +164,9 @@ class Gateway:
                     self.held -= 1
                     self.metrics.held.set(self.held)
                 if decision.target == "local":
-                    backend = self.table.pick(tried, keys)
+                    backend, uncached = self.table.route(tried, keys, prompt)
                     try:
-                        return await self._local(backend, path, body, stream, t0, prompt)
+                        return await self._local(backend, path, body, stream, t0, uncached)
                     except _Failed:
                         tried, info, t0 = tried | {backend.id}, replace(info, local_failed=True), None
                 elif decision.target == "overflow":
@@ -202,6 +202,7 @@ class Gateway:
 
     # -- attempts ------------------------------------------------------------------------------------
     async def _local(self, backend, path: str, body: bytes, stream: bool, t0: float | None, prompt: int) -> Answer:
+        """prompt: the tokens it likely has to prefill there (not in its prefix cache)."""
         backlog = backend.backlog  # prompt tokens ahead of this one there
         backend.in_flight += 1
         backend.pending_tokens += prompt

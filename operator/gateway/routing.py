@@ -3,6 +3,7 @@
 Score (lower is better), from what the gateway knows of one backend:
 
     score = max(in_flight, running + waiting) + waiting_weight * waiting + kv_weight * kv_usage
+            + prefill_tokens / prefill_unit_tokens
 
 - `in_flight` is the gateway's own count of requests it sent there and that have not finished: always
   fresh. `running + waiting` is the engine's scraped view of the same work plus other clients': fresher
@@ -10,10 +11,19 @@ Score (lower is better), from what the gateway knows of one backend:
 - Queued requests add `waiting_weight` each on top: a backend that queues has a full batch, and a new
   request waits behind all of them instead of joining the batch.
 - `kv_usage` (0..1) adds up to `kv_weight`: a nearly full KV cache means preemptions soon.
+- `prefill_tokens` counts work, not requests: the prompt tokens there not prefilled yet, less what the engine
+  likely holds in its prefix cache (the gateway's own count, which moves at once, or the engine's scraped
+  floodway_num_prefill_tokens_waiting, whichever is more). Every `prefill_unit_tokens` weigh one request: a new
+  request waits behind that prefill.
 
-Power of two choices: sample two distinct ready backends and take the lower score (ties: the first
-sampled). It spreads load nearly as well as least-loaded but does not herd every request onto the same
-backend between two scrapes. The RNG is passed in, so tests and the simulator are deterministic.
+Equal scores (idle engines, mostly) go to the backend with the fewest `recent_tokens`, the prefill tokens sent
+there lately (decayed with a half-life): drawn at random instead, the work each engine did spread 1.47x the
+mean on the replayed bench workload at light load (prefix_replay.py, 0.08 s steps), 1.15x this way.
+
+Power of two choices: sample two distinct ready backends and take the lower score (ties: the fewer
+recent_tokens, then the first sampled). It spreads load nearly as well as least-loaded but does not herd every
+request onto the same backend between two scrapes. The RNG is passed in, so tests and the simulator are
+deterministic.
 
 Prefix-aware pick (`pick_prefix`): `hits` says, per backend, the share (0..1) of this request's prompt blocks it
 likely holds in its prefix cache (the gateway's prefix index, or the simulator's replicas). What every ready
@@ -22,13 +32,13 @@ the least any holds counts, and only from `min_gain` of the prompt up: with a sm
 holders of a short shared prefix would win every tie, so at low load one engine took all the traffic and evicted
 (prefix_replay.py, the engine's token keys at 0.08 s steps: all 75 requests on one engine). When no backend gains,
 the pick is the load-only one above, so traffic without shared prefixes is routed exactly as before. Otherwise the
-lowest `load_score - prefix_weight * gain` wins (ties: a random one) among the backends within the load cap: those
-whose request count after taking this one stays within `load_cap` x the pool's mean (after it) plus `load_slack`
-requests, and always the least loaded. The cap is what keeps a hot prefix from piling every request onto its
-holder: past it, the request goes where load says and that backend learns the prefix. Its defaults come from
-replaying `floodway bench routing` offline (prefix_replay.py): at 1.25 x mean + 1 the cap sent a conversation's
-later turns away from their holder for 16-22% of the single-engine bound's hits; at 1.5 x mean + 2 for 1-15%, the
-spread of prefill work over the engines within 0.02 of it (README, "Prefix-aware routing").
+lowest `load_score - prefix_weight * gain` wins (ties: the fewest recent_tokens, then a random one) among the
+backends within the load cap: those whose request count after taking this one stays within `load_cap` x the pool's
+mean (after it) plus `load_slack` requests, and always the least loaded. The cap is what keeps a hot prefix from
+piling every request onto its holder: past it, the request goes where load says and that backend learns the prefix.
+Its defaults come from replaying `floodway bench routing` offline (prefix_replay.py): at 1.25 x mean + 1 the cap
+sent a conversation's later turns away from their holder for 16-22% of the single-engine bound's hits; at 1.5 x
+mean + 2 for 1-15%, the spread of prefill work over the engines within 0.02 of it (README, "Prefix-aware routing").
 """
 
 from __future__ import annotations
@@ -46,12 +56,16 @@ class BackendLoad:
     waiting: float = 0.0
     running: float = 0.0
     kv_usage: float = 0.0
+    prefill_tokens: float = 0.0  # prompt tokens there not prefilled yet, less what its cache likely holds
+    recent_tokens: float = 0.0  # prefill tokens sent there lately (decayed): breaks ties between equal scores
 
 
 @dataclass(frozen=True)
 class RoutingWeights:
     waiting_weight: float = 1.0
     kv_weight: float = 4.0
+    prefill_unit_tokens: float = 512.0  # prefill tokens that weigh as much as one request (0: not counted)
+    recent_half_life_s: float = 30.0  # of recent_tokens
 
 
 @dataclass(frozen=True)
@@ -68,7 +82,19 @@ def requests_at(b: BackendLoad) -> float:
 
 
 def load_score(b: BackendLoad, w: RoutingWeights) -> float:
-    return requests_at(b) + w.waiting_weight * b.waiting + w.kv_weight * b.kv_usage
+    work = b.prefill_tokens / w.prefill_unit_tokens if w.prefill_unit_tokens else 0.0
+    return requests_at(b) + w.waiting_weight * b.waiting + w.kv_weight * b.kv_usage + work
+
+
+def decayed(value: float, elapsed_s: float, half_life_s: float) -> float:
+    """`value` after `elapsed_s` of exponential decay."""
+    return value * 0.5 ** (max(0.0, elapsed_s) / half_life_s)
+
+
+def uncached_tokens(prompt_tokens: int, held: float) -> int:
+    """The prompt tokens an engine likely has to prefill for a request, given the share (0..1) of its prompt
+    blocks the engine likely holds."""
+    return round(prompt_tokens * (1.0 - held))
 
 
 def pick(backends: Sequence[BackendLoad], rng: random.Random, weights: RoutingWeights,
@@ -78,7 +104,7 @@ def pick(backends: Sequence[BackendLoad], rng: random.Random, weights: RoutingWe
     if len(candidates) <= 1:
         return candidates[0] if candidates else None
     a, b = rng.sample(candidates, 2)
-    return b if load_score(b, weights) < load_score(a, weights) else a
+    return b if (load_score(b, weights), b.recent_tokens) < (load_score(a, weights), a.recent_tokens) else a
 
 
 def within_cap(b: BackendLoad, pool: Sequence[BackendLoad], p: PrefixPolicy) -> bool:
@@ -110,7 +136,8 @@ def pick_prefix(backends: Sequence[BackendLoad], hits: Mapping[str, float], rng:
     if not any(gains.values()):
         return pick(candidates, rng, weights)
     allowed = [b for b in candidates if within_cap(b, candidates, policy)]
-    return min(rng.sample(allowed, len(allowed)), key=lambda b: prefix_score(b, gains[b.id], weights, policy))
+    return min(rng.sample(allowed, len(allowed)),
+               key=lambda b: (prefix_score(b, gains[b.id], weights, policy), b.recent_tokens))
 
 
 def estimate_waiting(scraped_waiting: float, in_flight_now: int, in_flight_at_scrape: int,

@@ -176,7 +176,8 @@ class Simulation:
         ready = self._routable()
         if self.cfg.prefix == "prefix" and r.blocks:
             hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)}
-            loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage)
+            loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage,
+                                 sum(q.left for q in (*s.replica.prefilling, *s.replica.queue)))  # prefill work
                      for i, s in enumerate(ready)]
             if any(prefix_gains(loads, hits, self.cfg.prefix_policy).values()):
                 return ready[int(pick_prefix(loads, hits, self.rng, RoutingWeights(), self.cfg.prefix_policy).id)]

@@ -5,6 +5,7 @@ import pytest
 from floodway.operator.gateway.bench_routing import (
     BLOCK_WORDS,
     conversations,
+    first_turns,
     render,
     single_engine_bound,
     spread,
@@ -21,6 +22,7 @@ def test_conversations_take_every_turn_of_the_first_ones_in_order_cut_to_max_blo
     assert conversations(ROWS, 2, 4) == [[0, 1, 2], [0, 5], [0, 1, 2, 3], [0, 5, 6, 7]]
     unshared = without_shared_prefixes(conversations(ROWS, 2, 4))
     assert [len(r) for r in unshared] == [3, 2, 4, 4] and len({b for r in unshared for b in r}) == 13
+    assert first_turns(conversations(ROWS, 2, 4)) == [True, True, False, False]
 
 
 def test_render_repeats_a_block_exactly_and_changes_with_the_salt():

@@ -6,11 +6,12 @@ from floodway.operator.gateway.bench_routing import (
     mooncake_conversations,
     render,
     single_engine_bound,
+    spread,
     token_ids,
     words,
 )
-from floodway.operator.gateway.prefix_replay import EngineShape, Router, replay, report, routers
-from floodway.operator.gateway.routing import PrefixPolicy
+from floodway.operator.gateway.prefix_replay import EngineShape, Router, replay, report, routers, ttft_at_bound
+from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
 
 pytestmark = pytest.mark.unit
 
@@ -63,7 +64,30 @@ def test_on_the_bench_workload_the_shipped_cap_reaches_90_percent_of_the_bound_w
 def test_the_report_compares_every_router_per_step_time():
     out = report(4, 10, 0.5, EngineShape(), 32, [1.0, 2.0], 1).splitlines()
     rows = [line.split() for line in out[2:]]
-    assert [r[0] for r in rows] == ["1s"] * len(routers()) + ["2s"] * len(routers())
-    assert all(r[-4] == r[-2] == "/" and r[-1].endswith("%") for r in rows)  # lost: elsewhere / in flight / evicted
+    assert [r[0] for r in rows] == ["1s"] * (len(routers()) + 1) + ["2s"] * (len(routers()) + 1)
+    routed = [r for r in rows if r[1:4] != ["at", "the", "bound"]]
+    assert len(routed) == 2 * len(routers())
+    assert all(r[-4] == r[-2] == "/" and r[-1].endswith("%") for r in routed)  # lost: elsewhere / in flight / evicted
     with pytest.raises(ValueError):
         report(4, 10, 0.5, EngineShape(), 32, [0.0], 1)
+
+
+def test_the_best_ttft_on_idle_engines_is_the_uncached_tokens_in_steps():
+    """At the bound the twin holds 7 of its 8 blocks: 16 tokens, one step; the first, 128 tokens, two steps."""
+    assert ttft_at_bound([PROMPT, PROMPT], EngineShape(step_s=0.5)) == [1.0, 0.5]
+
+
+def test_on_a_quiet_machine_the_least_recent_work_tie_break_evens_the_prefill_work_out():
+    """0.08 s steps: every engine is idle when a request comes, so first turns tie on load. Drawn at random
+    (recent work forgotten at once), the prompt tokens each engine computed spread well past 1.3x the mean; sent to
+    the engine that got the least work lately, within it."""
+    texts = [render(ids, 0, words()) for ids in mooncake_conversations(40, 32)]
+    prompts = token_ids(texts)
+    shape = EngineShape(step_s=0.08)
+
+    def work_spread(weights: RoutingWeights) -> float:
+        runs = [replay(prompts, texts, 0.5, 4, shape, Router("p", PrefixPolicy(), weights=weights), seed)
+                for seed in range(3)]
+        return sum(spread([r.prefill[e] for e in range(4)]) for r in runs) / 3
+
+    assert work_spread(RoutingWeights()) <= 1.3 < work_spread(RoutingWeights(recent_half_life_s=1e-9))
