@@ -38,7 +38,7 @@ def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: 
         if o.max_tokens_per_minute is not None:
             overflow["max_tokens_per_minute"] = o.max_tokens_per_minute
     return {"host": host, "port": port, "served_models": [spec.model_name], "backends": backends,
-            "engine_runtime": spec.engine.runtime,
+            "engine_runtime": spec.engine.runtime, "routing": spec.gateway.routing.model_dump(),
             "slo": {"ttft_ms": spec.slo.ttft_ms, "tpot_ms": spec.slo.tpot_ms}, "overflow": overflow}
 
 

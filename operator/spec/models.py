@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from floodway.operator.autoscaler.policy import AutoscalerPolicy
 from floodway.operator.gateway.overflow import OverflowPolicy
+from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
 from floodway.operator.runtimes import RUNTIMES
 from floodway.operator.spec.base import Rule, SpecModel
 from floodway.operator.spec.model_source import MODELS_DIR, CacheClaim, ModelClaim, ModelShapeSpec
@@ -275,6 +276,26 @@ class OverflowSpec(SpecModel):
     """Budget of overflowed tokens per minute."""
 
 
+class RoutingSpec(SpecModel):
+    """How the gateway picks an engine for each request: the gateway config's `routing` settings of the same
+    names (README, "Prefix-aware routing")."""
+
+    prefix_aware: bool = True
+    """Prefer the engine likely to hold the prompt's prefix in its KV cache; false: route on load only."""
+    prefix_weight: float = Field(PrefixPolicy.weight, ge=0)
+    """Score a whole-prompt prefix hit is worth, in queued requests."""
+    prefix_load_cap: float = Field(PrefixPolicy.load_cap, ge=1)
+    """An engine takes a request for its cache only while its requests stay within this multiple of the pool's
+    mean, plus prefixLoadSlack."""
+    prefix_load_slack: float = Field(PrefixPolicy.load_slack, ge=0)
+    """Requests an engine may take for its cache beyond prefixLoadCap times the pool's mean."""
+    prefix_min_gain: float = Field(PrefixPolicy.min_gain, ge=0, le=1)
+    """Share of the prompt an engine must hold beyond what every engine holds to be preferred for it."""
+    prefill_unit_tokens: float = Field(RoutingWeights.prefill_unit_tokens, ge=0)
+    """Prompt tokens an engine has yet to prefill (beyond its prefix cache) that weigh as much as one request
+    there in the load score (0: not counted)."""
+
+
 class GatewaySpec(SpecModel):
     """The OpenAI-compatible gateway in front of the engines."""
 
@@ -286,6 +307,7 @@ class GatewaySpec(SpecModel):
     api_keys_secret_ref: SecretKeyRef | None = None
     """Secret key holding the API keys clients must send (`Authorization: Bearer <key>`), one per line; mounted
     into the gateway pods as a file (the operator never reads it). Unset: the gateway takes any client."""
+    routing: RoutingSpec = _section(RoutingSpec, "How the gateway picks an engine for each request.")
 
 
 class StorageSpec(SpecModel):

@@ -201,3 +201,23 @@ def test_the_table_counts_the_uncached_tokens_it_sends_each_backend():
     assert again.id == one.id and sent == 64  # holds 4 of its 8 blocks
     assert one.recent_tokens == pytest.approx(64 / 2 + 64)  # decayed one half-life, then the new ones
     assert one.load(12.0).recent_tokens == 12.0
+
+
+def test_an_inference_service_sets_the_routing_knobs_its_gateway_reads():
+    """spec.gateway.routing renders into the gateway's config under the same names: defaults from the routing
+    code's own, each field one the gateway accepts."""
+    from floodway.operator.gateway.config import GatewayConfig
+    from floodway.operator.render.gateway import gateway_config
+    from floodway.operator.spec import InferenceServiceSpec
+
+    def routing(**given) -> GatewayConfig:
+        spec = InferenceServiceSpec.model_validate({"model": "floodway/tiny-llama", "gateway": {"routing": given}})
+        return GatewayConfig.model_validate(gateway_config(spec, {"static": ["http://127.0.0.1:9"]}, 9000)).routing
+
+    assert routing().prefix_policy() == PrefixPolicy() and routing().weights() == RoutingWeights()
+    assert routing(prefixAware=False).prefix_policy() is None
+    set_ = routing(prefixLoadCap=2.0, prefixMinGain=0.2, prefillUnitTokens=0)
+    assert (set_.prefix_policy().load_cap, set_.prefix_policy().min_gain, set_.weights().prefill_unit_tokens) == \
+        (2.0, 0.2, 0.0)
+    with pytest.raises(ValueError):
+        routing(prefixLoadCap=0.5)
