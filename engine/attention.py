@@ -1,6 +1,7 @@
-"""Our paged attention, plugged into transformers' attention interface.
+"""Our paged attention: `attend`, called by our decoder (engine/models/llama.py) and, through transformers'
+attention interface, by transformers' modules.
 
-The HF module code computes q/k/v and applies RoPE from our per-token position ids; this function writes the
+The model computes q/k/v and applies RoPE from our per-token position ids; `attend` writes the
 step's new K/V into the paged cache by slot and attends over each sequence's blocks. The step is one packed
 batch of shape [1, T]: single-token sequences (decodes) first, sorted by context length, then prefill chunks.
 Decodes of similar length form a group that shares one SDPA call over K/V gathered whole blocks at a time by
@@ -67,18 +68,21 @@ def _gather(cache: torch.Tensor, blocks: torch.Tensor, rows: int) -> torch.Tenso
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, floodway_meta=None,
                     **kwargs):
-    meta: StepMeta = floodway_meta
-    layer = module.layer_idx
+    """transformers' attention interface over `attend`: query [1, H, T, hd], key and value [1, KVH, T, hd]."""
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))
+    return attend(floodway_meta, module.layer_idx, q, k, v, scaling).unsqueeze(0), None
+
+
+def attend(meta: StepMeta, layer: int, q, k, v, scaling) -> torch.Tensor:
+    """Writes the step's new k, v [T, KVH, hd] into layer's paged cache by slot, then attends q [T, H, hd] over each
+    sequence's blocks; returns [T, H, hd]. What both the transformers path and our decoder call."""
     k_cache, v_cache = meta.k_caches[layer], meta.v_caches[layer]
-    q = query[0].transpose(0, 1)  # [T, H, hd]
-    k = key[0].transpose(0, 1)  # [T, KVH, hd]
-    v = value[0].transpose(0, 1)
     k_cache.view(-1, *k.shape[1:]).index_copy_(0, meta.slot_mapping, k)
     v_cache.view(-1, *v.shape[1:]).index_copy_(0, meta.slot_mapping, v)
     if meta.kernel is not None:
-        return _kernel_attention(meta.kernel, q, k_cache, v_cache, scaling).unsqueeze(0), None
+        return _kernel_attention(meta.kernel, q, k_cache, v_cache, scaling)
     num_heads, num_kv, head_dim = q.shape[1], k.shape[1], q.shape[2]
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous: callers view it as [T, H * hd]
     for g in meta.decodes:
         qd = q[g.start:g.start + g.count].reshape(g.count, num_kv, num_heads // num_kv, head_dim)
         kd, vd = _gather(k_cache, g.blocks, g.count), _gather(v_cache, g.blocks, g.count)
@@ -95,7 +99,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scaling,
                                             enable_gqa=num_heads != num_kv)
         out[p.start:p.start + p.length] = op[0].transpose(0, 1)
-    return out.unsqueeze(0), None
+    return out
 
 
 def _kernels():
@@ -106,7 +110,7 @@ def _kernels():
 
 
 def _kernel_attention(kin: KernelInputs, q, k_cache, v_cache, scaling):
-    kernels, out, nd = _kernels(), torch.empty_like(q), kin.num_decode
+    kernels, out, nd = _kernels(), torch.empty(q.shape, dtype=q.dtype, device=q.device), kin.num_decode
     if nd:
         kernels.paged_decode(q[:nd], k_cache, v_cache, kin.decode_tables, kin.decode_lens, scaling, out=out[:nd])
     if nd < q.shape[0]:

@@ -29,6 +29,8 @@ class EngineConfig:
     enable_chunked_prefill: bool = _setting(True, "Split long prompts across engine steps.")
     enforce_eager: bool = _setting(False, "On CUDA, run every step eagerly instead of replaying decode steps as "
                                           "CUDA graphs captured at startup.")
+    model_impl: str = _setting("auto", "auto (our own decoder for Llama, Mistral and Qwen2, transformers' modules "
+                                       "otherwise) or transformers (always transformers' modules).")
     seed: int = _setting(0, "Seed of the engine's sampler.")
     # Slept in the serving engine loop's thread, so tests make capacity scarce by configuration instead of
     # racing the CPU.
@@ -44,6 +46,8 @@ class EngineConfig:
             raise ValueError("model must be a non-empty string")
         if self.dtype not in ("auto", "float32", "float16", "bfloat16"):
             raise ValueError(f"dtype must be one of auto, float32, float16, bfloat16, got {self.dtype!r}")
+        if self.model_impl not in ("auto", "transformers"):
+            raise ValueError(f"model_impl must be auto or transformers, got {self.model_impl!r}")
         if not isinstance(self.device, str) or not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
             raise ValueError(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):

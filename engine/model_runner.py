@@ -1,4 +1,5 @@
-"""Loads a transformers causal LM with our paged attention and runs one packed forward per step."""
+"""Loads a transformers causal LM and runs one packed forward per step with our paged attention: in our own decoder
+where the architecture has one (engine/models/llama.py), else in transformers' modules."""
 
 import torch
 from floodway.engine import attention, cuda_graphs, kv_cache, packed_linear, step_inputs
@@ -20,6 +21,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 class ModelRunner:
     def __init__(self, cfg: EngineConfig):
+        from floodway.engine.models import llama
         from floodway.engine.models.builtin import resolve_model
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -27,15 +29,19 @@ class ModelRunner:
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         attention.register()
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype,
-                                                          attn_implementation=attention.ATTN_NAME)
-        self.model.to(self.device).eval()
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, attn_implementation=attention.ATTN_NAME)
+        model.to(self.device).eval()
+        hf = model.config
+        self.max_model_len = _max_model_len(cfg, hf)
+        if cfg.model_impl == "auto" and llama.supports(model):
+            model = llama.LlamaDecoder(model, self.max_model_len)  # takes over the weights, frees the unmerged ones
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # the KV budget reads free memory
+        self.model = model
         if packed_linear.supported(self.device, self.dtype):
             packed_linear.pack(self.model)
         self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.tokenizer) if cfg.tokenizer else path)
-        hf = self.model.config
         self.vocab_size = hf.vocab_size
-        self.max_model_len = _max_model_len(cfg, hf)
         self.eos_token_ids = _eos_ids(path, self.tokenizer, GenerationConfig)
         num_heads = hf.num_attention_heads
         self.shape = kv_cache.KVShape(

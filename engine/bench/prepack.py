@@ -1,8 +1,10 @@
-"""Prepacked bf16 linear weights against plain ones, side by side: `python -P -m floodway.engine.bench.prepack`.
+"""The engine's CPU decode step against a baseline built without one of its parts, side by side:
+`python -P -m floodway.engine.bench.prepack [--baseline transformers|plain]`.
 
-Two engines on the same model in one process, one with its linears packed (engine/packed_linear.py, what the engine
-does on CPU in bf16) and one with the plain transformers layers; each decodes the same chat prompt at batch 1, 8 and
-32, alternating, best of 3 rounds of CPU time per decode step (one thread).
+Two engines on the same model in one process: the engine as it runs on CPU in bf16 (our decoder,
+engine/models/llama.py, with its linears prepacked by engine/packed_linear.py) and the baseline: transformers'
+modules (`transformers`, prepacked too) or our decoder with plain linears (`plain`). Each decodes the same chat
+prompt at batch 1, 8 and 32, alternating, best of 3 rounds of CPU time per decode step (one thread).
 """
 
 import time
@@ -26,7 +28,7 @@ def decode_ms(engine, prompt: list[int], batch: int, tokens: int) -> float:
 
 
 def main(model: str = "floodway/smollm2-135m-instruct", batches: str = "1,8,32", tokens: int = 32,
-         rounds: int = 3) -> None:
+         rounds: int = 3, baseline: str = "transformers") -> None:
     import torch
     from floodway.engine import packed_linear
     from floodway.engine.config import EngineConfig
@@ -34,27 +36,32 @@ def main(model: str = "floodway/smollm2-135m-instruct", batches: str = "1,8,32",
     from floodway.engine.models.builtin import resolve_model
 
     torch.set_num_threads(1)
+    if baseline not in ("transformers", "plain"):
+        raise typer.BadParameter("baseline must be transformers or plain")
     if not packed_linear.supported(torch.device("cpu"), torch.bfloat16):
-        raise typer.Exit("this CPU or torch build has no oneDNN bf16 kernels: nothing to compare")
-    path = resolve_model(model)
-    packed = LLMEngine(EngineConfig(model=path, dtype="bfloat16", max_model_len=512, max_num_seqs=64))
-    real = packed_linear.supported
-    packed_linear.supported = lambda *a: False  # the second engine keeps transformers' plain layers
-    try:
-        plain = LLMEngine(EngineConfig(model=path, dtype="bfloat16", max_model_len=512, max_num_seqs=64))
-    finally:
-        packed_linear.supported = real
-    prompt = list(plain.tokenizer.apply_chat_template([{"role": "user", "content": "Write a short poem about autumn."}],
-                                                      add_generation_prompt=True, tokenize=True,
-                                                      return_dict=True)["input_ids"])
+        raise typer.Exit("this CPU or torch build has no oneDNN bf16 kernels: not the engine's CPU bf16 step")
+    cfg = dict(model=resolve_model(model), dtype="bfloat16", max_model_len=512, max_num_seqs=64)
+    ours = LLMEngine(EngineConfig(**cfg))
+    if baseline == "transformers":
+        base = LLMEngine(EngineConfig(**cfg, model_impl="transformers"))
+    else:
+        real = packed_linear.supported
+        packed_linear.supported = lambda *a: False  # the baseline keeps plain linear layers
+        try:
+            base = LLMEngine(EngineConfig(**cfg))
+        finally:
+            packed_linear.supported = real
+    prompt = list(ours.tokenizer.apply_chat_template([{"role": "user", "content": "Write a short poem about autumn."}],
+                                                     add_generation_prompt=True, tokenize=True,
+                                                     return_dict=True)["input_ids"])
     typer.echo(f"{model}, bf16, 1 thread, {tokens} tokens per sequence, best of {rounds} alternating rounds\n\n"
-               "| batch | plain ms/step | prepacked ms/step | speed-up |\n|---|---|---|---|")
+               f"| batch | {baseline} ms/step | engine ms/step | speed-up |\n|---|---|---|---|")
     for batch in (int(b) for b in batches.split(",")):
-        best = {"plain": float("inf"), "packed": float("inf")}
+        best = {"base": float("inf"), "ours": float("inf")}
         for _ in range(rounds):
-            for name, engine in (("plain", plain), ("packed", packed)):
+            for name, engine in (("base", base), ("ours", ours)):
                 best[name] = min(best[name], decode_ms(engine, prompt, batch, tokens))
-        typer.echo(f"| {batch} | {best['plain']:.1f} | {best['packed']:.1f} | {best['plain'] / best['packed']:.2f}x |")
+        typer.echo(f"| {batch} | {best['base']:.1f} | {best['ours']:.1f} | {best['base'] / best['ours']:.2f}x |")
 
 
 if __name__ == "__main__":
