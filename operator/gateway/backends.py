@@ -135,7 +135,7 @@ class BackendTable:
             chosen = pick(loads, self.rng, self.weights, exclude)
         else:
             hits = {b.id: self.index.matched(b.id, keys) / len(keys) for b in loads if b.ready}
-            chosen = pick_prefix(loads, hits, self.rng, self.weights, self.prefix, exclude)
+            chosen = pick_prefix(loads, hits, self.rng, self.weights, self.prefix, exclude, prompt_tokens)
         if chosen is None:
             return None, 0
         if self.prefix is not None and keys:

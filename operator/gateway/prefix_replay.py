@@ -186,7 +186,7 @@ def replay(prompts: list[list[int]], texts: list[str], rate: float, engines: int
                 hits = {str(j): eng.cached(mine) / len(mine) for j, eng in enumerate(pool)}
             elif mine:
                 hits = {str(j): index.matched(str(j), mine) / len(mine) for j in range(engines)}
-            chosen = pick_prefix(loads, hits, rng, weights, router.prefix)
+            chosen = pick_prefix(loads, hits, rng, weights, router.prefix, prompt_tokens=len(prompts[i]))
             index.record(chosen.id, mine)
         e = int(chosen.id)
         eng = pool[e]

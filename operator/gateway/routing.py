@@ -32,13 +32,15 @@ the least any holds counts, and only from `min_gain` of the prompt up: with a sm
 holders of a short shared prefix would win every tie, so at low load one engine took all the traffic and evicted
 (prefix_replay.py, the engine's token keys at 0.08 s steps: all 75 requests on one engine). When no backend gains,
 the pick is the load-only one above, so traffic without shared prefixes is routed exactly as before. Otherwise the
-lowest `load_score - prefix_weight * gain` wins (ties: the fewest recent_tokens, then a random one) among the
-backends within the load cap: those whose request count after taking this one stays within `load_cap` x the pool's
-mean (after it) plus `load_slack` requests, and always the least loaded. The cap is what keeps a hot prefix from
-piling every request onto its holder: past it, the request goes where load says and that backend learns the prefix.
-Its defaults come from replaying `floodway bench routing` offline (prefix_replay.py): at 1.25 x mean + 1 the cap
-sent a conversation's later turns away from their holder for 16-22% of the single-engine bound's hits; at 1.5 x
-mean + 2 for 1-15%, the spread of prefill work over the engines within 0.02 of it (README, "Prefix-aware routing").
+lowest `load_score - (prefix_weight + prompt_tokens / prefill_unit_tokens) * gain` wins (the prefill a hit saves
+counts in the units of the prefill the load score counts, so a long prompt's holder keeps it against a longer
+backlog than a short one's; ties: the fewest recent_tokens, then a random one) among the backends within the load
+cap: those whose request count after taking this one stays within `load_cap` x the pool's mean (after it) plus
+`load_slack` requests, and always the least loaded. The cap is what keeps a hot prefix from piling every request
+onto its holder: past it, the request goes where load says and that backend learns the prefix. Its defaults come
+from replaying `floodway bench routing` offline (prefix_replay.py): at 1.25 x mean + 1 the cap sent a
+conversation's later turns away from their holder for 16-22% of the single-engine bound's hits; at 1.5 x mean + 2
+for 1-15%, the spread of prefill work over the engines within 0.02 of it (README, "Prefix-aware routing").
 """
 
 from __future__ import annotations
@@ -115,8 +117,11 @@ def within_cap(b: BackendLoad, pool: Sequence[BackendLoad], p: PrefixPolicy) -> 
     return mine + 1 <= p.load_cap * (sum(loads) + 1) / len(loads) + p.load_slack or mine <= min(loads)
 
 
-def prefix_score(b: BackendLoad, hit: float, w: RoutingWeights, p: PrefixPolicy) -> float:
-    return load_score(b, w) - p.weight * hit
+def prefix_score(b: BackendLoad, gain: float, w: RoutingWeights, p: PrefixPolicy, prompt_tokens: int = 0) -> float:
+    """The load score less what holding `gain` of a `prompt_tokens`-token prompt is worth there: `p.weight`
+    requests for a whole prompt, plus the prefill it saves in the load score's own units."""
+    saved = prompt_tokens / w.prefill_unit_tokens if w.prefill_unit_tokens else 0.0
+    return load_score(b, w) - (p.weight + saved) * gain
 
 
 def prefix_gains(candidates: Sequence[BackendLoad], hits: Mapping[str, float], p: PrefixPolicy) -> dict[str, float]:
@@ -129,15 +134,16 @@ def prefix_gains(candidates: Sequence[BackendLoad], hits: Mapping[str, float], p
 
 def pick_prefix(backends: Sequence[BackendLoad], hits: Mapping[str, float], rng: random.Random,
                 weights: RoutingWeights, policy: PrefixPolicy,
-                exclude: frozenset[str] = frozenset()) -> BackendLoad | None:
-    """The chosen ready backend not in `exclude` given each one's prefix `hits` (0..1), or None."""
+                exclude: frozenset[str] = frozenset(), prompt_tokens: int = 0) -> BackendLoad | None:
+    """The chosen ready backend not in `exclude` given each one's prefix `hits` (0..1) of a request of about
+    `prompt_tokens` tokens, or None."""
     candidates = [b for b in backends if b.ready and b.id not in exclude]
     gains = prefix_gains(candidates, hits, policy)
     if not any(gains.values()):
         return pick(candidates, rng, weights)
     allowed = [b for b in candidates if within_cap(b, candidates, policy)]
     return min(rng.sample(allowed, len(allowed)),
-               key=lambda b: (prefix_score(b, gains[b.id], weights, policy), b.recent_tokens))
+               key=lambda b: (prefix_score(b, gains[b.id], weights, policy, prompt_tokens), b.recent_tokens))
 
 
 def estimate_waiting(scraped_waiting: float, in_flight_now: int, in_flight_at_scrape: int,

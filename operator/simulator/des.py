@@ -180,7 +180,8 @@ class Simulation:
                                  sum(q.left for q in (*s.replica.prefilling, *s.replica.queue)))  # prefill work
                      for i, s in enumerate(ready)]
             if any(prefix_gains(loads, hits, self.cfg.prefix_policy).values()):
-                return ready[int(pick_prefix(loads, hits, self.rng, RoutingWeights(), self.cfg.prefix_policy).id)]
+                return ready[int(pick_prefix(loads, hits, self.rng, RoutingWeights(), self.cfg.prefix_policy,
+                                             prompt_tokens=r.prompt).id)]
         return self._pick(ready)
 
     def _pool(self, r: SimRequest) -> ov.PoolState:

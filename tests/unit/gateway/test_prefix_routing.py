@@ -221,3 +221,13 @@ def test_an_inference_service_sets_the_routing_knobs_its_gateway_reads():
         (2.0, 0.2, 0.0)
     with pytest.raises(ValueError):
         routing(prefixLoadCap=0.5)
+
+
+def test_the_prefill_a_hit_saves_counts_like_the_backlog_so_a_long_prompt_stays_with_its_holder():
+    """The holder has 6 units of prefill ahead (1 + 6 - 4 > 0 with a short prompt: it goes elsewhere); a prompt of
+    8 units that it holds whole would cost the idle engine those 8 units, so it stays."""
+    idle, holder = BackendLoad("1", True), BackendLoad("0", True, 1, prefill_tokens=6 * 512)
+    assert pick_prefix([holder, idle], {"0": 1.0}, random.Random(0), W, P, prompt_tokens=64).id == "1"
+    assert pick_prefix([holder, idle], {"0": 1.0}, random.Random(0), W, P, prompt_tokens=8 * 512).id == "0"
+    assert pick_prefix([holder, idle], {"0": 1.0}, random.Random(0), RoutingWeights(prefill_unit_tokens=0.0), P,
+                       prompt_tokens=8 * 512).id == "0"  # work not counted: 1 - 4 < 0
