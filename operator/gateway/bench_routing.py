@@ -220,6 +220,7 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
         raise ValueError("counts and sizes must be >= 1, rate > 0, step delay >= 0")
     shared = mooncake_conversations(conversations_n, max_blocks, traces)
     workloads = [("Mooncake-shaped", shared), ("no shared prefix", without_shared_prefixes(shared))]
+    first = first_turns(shared)  # "later turns" of the unshared twin: the same positions, with nothing to hit
     vocab = words()
     engine_args = ["--num-kv-blocks", str(kv_blocks), "--step-delay-ms", str(step_delay_ms),
                    "--max-num-batched-tokens", str(max_num_batched_tokens), "--max-num-seqs", str(max_num_seqs),
@@ -254,7 +255,7 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
                 bound = bound_hits / bound_total
                 bodies = [{"model": served, "prompt": t, "max_tokens": max_tokens, "temperature": 0, "stream": True}
                           for t in texts]
-                results = dict(zip(routers, _arms(arms, bodies, rate, first_turns(requests)), strict=True))
+                results = dict(zip(routers, _arms(arms, bodies, rate, first), strict=True))
                 for router, r in results.items():
                     rows_out.append(
                         f"{workload:<17} {router:<13} {r['ok']:>3}/{r['sent']:<3} {r['hit']:>8.1%} "
