@@ -32,10 +32,12 @@ the profile's decode steps fit within the TPOT SLO) where that is fewer; and KV 
 Overflow budget (`overflow_share` > 0, only where the gateway overflows): the policy spends up to that share
 of requests on the overflow API instead of paying every peak back with replicas. It tracks the share spent
 (decayed over `overflow_budget_window_s`) and allows up to twice the target share now while underspent,
-less once overspent. Sizing then counts the local pool's in-flight requests only up to its ready capacity
-(the gateway overflows the rest, so a saturated pool is not a shortage) plus the overflowed concurrency
-beyond the allowed share; scale-down takes the smallest pool whose predicted overflow over the
-stabilization window stays within half the allowed share.
+less once overspent. While some share is allowed, sizing counts the local pool's in-flight requests only up
+to its ready capacity (the gateway overflows the rest, so a saturated pool is not a shortage) plus the
+overflowed concurrency beyond the allowed share, and scale-down takes the smallest pool whose predicted
+overflow over the stabilization window stays within half the allowed share. Once the budget is spent (none
+allowed) the policy decides exactly as without one, so bursts that spent it make it hold capacity. Prompt
+token demand is never discounted: overflow takes whole requests, not a share of each burst's prefill.
 Defaults come from the simulator runs in the README (`floodway simulate`).
 """
 
@@ -63,7 +65,8 @@ class AutoscalerPolicy:
     scale_down_interval_s: float = 30.0  # between two changes before a scale-down: see the smaller pool's load
     scale_to_zero_after_s: float | None = None
     assumed_request_s: float = 10.0  # service time assumed for overflowed demand before any is observed
-    overflow_share: float = 0.0  # share of requests the policy may leave to the overflow API (0: pay all back)
+    overflow_share: float = 0.0  # share of requests it may leave to the overflow API (0: pay all back; the spec's
+    # autoscaling.overflowShare where the service overflows)
     overflow_budget_window_s: float = 1800.0  # horizon of the spent-share estimate
     slo_noise_z: float = 1.0  # SLO feedback needs attainment this many standard errors below target
     prefill_tokens_per_s: float = 0.0  # a replica's prefill rate (0: demand in requests only)
@@ -193,8 +196,6 @@ def spend(state: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float)
 
 def allowed_share(state: ScalerState, p: AutoscalerPolicy) -> float:
     """Overflow share the policy tolerates now: up to 2x the target while underspent, less once overspent."""
-    if p.overflow_share == 0:
-        return 0.0
     spent = state.overflowed / state.arrived if state.arrived > 0 else 0.0
     return min(2 * p.overflow_share, max(0.0, 2 * p.overflow_share - spent))
 
@@ -203,18 +204,18 @@ def sizing_of(signals: Signals, p: AutoscalerPolicy, allow: float, tokens: float
     """Concurrency the local pool must hold: all demand, or with an overflow budget the engines' load up to
     their ready capacity plus the overflowed concurrency beyond the allowed share."""
     service_s = service_time(signals, p.assumed_request_s)
-    if p.overflow_share == 0:
+    if allow == 0:
         return demand_of(signals, p, tokens)
     local = min(signals.total_running + signals.total_waiting, signals.ready * p.per_replica)
     excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate) * service_s
-    return max(local + signals.held + excess, tokens * (1 - allow))
+    return max(local + signals.held + excess, tokens)
 
 
-def service_attainment(signals: Signals, p: AutoscalerPolicy) -> float | None:
+def service_attainment(signals: Signals, allow: float) -> float | None:
     """SLO attainment the users see: with an overflow budget, overflowed requests (answered by the API within
     the SLO) count with the local ones; without, the engines' attainment as measured."""
     a = signals.attainment
-    if p.overflow_share == 0 or a is None or signals.overflow_rate <= 0:
+    if allow == 0 or a is None or signals.overflow_rate <= 0:
         return a
     return (a * signals.finished_rate + signals.overflow_rate) / (signals.finished_rate + signals.overflow_rate)
 
@@ -231,7 +232,9 @@ def short_of_slo(signals: Signals, p: AutoscalerPolicy) -> bool:
 
 def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: float) -> Decision:
     p, cur = policy, state.replicas
-    signals = replace(signals, attainment=service_attainment(signals, p))
+    st = spend(state, signals, p, now)
+    allow = allowed_share(st, p)
+    signals = replace(signals, attainment=service_attainment(signals, allow))
     prompts = state.prompts
     if signals.window_s > 0:  # the first tick has no window yet
         prompts = remember(prompts, now, (signals.window_s, signals.prompt_token_rate * signals.window_s),
@@ -242,12 +245,10 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     last_busy = now if busy else state.last_busy
     keep = max(p.scale_down_stabilization_s, p.scale_up_window_s)
     since = now if state.observed_since is None else state.observed_since
-    st = spend(state, signals, p, now)
-    allow = allowed_share(st, p)
     st = replace(st, history=remember(state.history, now, demand, keep), last_busy=last_busy, observed_since=since,
                  prompts=prompts, sizing=remember(state.sizing, now, sizing_of(signals, p, allow, tokens),
                                                   p.scale_up_window_s),
-                 tokens=remember(state.tokens, now, tokens * (1 - allow),
+                 tokens=remember(state.tokens, now, tokens,
                                  max(p.scale_up_window_s, p.token_stabilization_s)))
     idle_s = math.inf if last_busy is None else now - last_busy
     floor = max(p.min_replicas, 1)
@@ -259,7 +260,7 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     kv_need = math.ceil(sum(signals.kv_usage) / p.kv_target)
     want = max(math.ceil(avg / p.per_replica), kv_need)
     reason = f"demand {avg:.1f} / target {p.per_replica:g} per replica"
-    if p.overflow_share > 0:
+    if allow > 0:
         reason += f" (overflow allowed {allow:.1%} of requests)"
     if kv_need > math.ceil(avg / p.per_replica):
         reason = f"KV usage {sum(signals.kv_usage):.2f} / target {p.kv_target:g} per replica"
@@ -267,7 +268,7 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     # or overflowed beyond the allowed share, not a transient queue on the engines.
     excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate)
     queued = signals.held + excess + signals.total_waiting
-    if p.overflow_share > 0:  # a replica's worth of concurrency beyond the allowed share
+    if allow > 0:  # a replica's worth of concurrency beyond the allowed share
         queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.per_replica
     if short_of_slo(signals, p) and queued > 0 and signals.starting == 0 and want <= cur:
         want, reason = cur + 1, f"SLO attainment {signals.attainment:.3f} < {p.slo_attainment:g} while queued"
@@ -297,7 +298,7 @@ def _fitting(history: list[float], p: AutoscalerPolicy, allow: float) -> tuple[i
     """Smallest pool for the recent demand: its peak at scale_down_utilization of capacity, or with an
     overflow budget the pool whose predicted overflow (demand above its capacity) stays within allow / 2."""
     peak = max(history)
-    if p.overflow_share == 0:
+    if allow == 0:
         return math.ceil(peak / (p.per_replica * p.scale_down_utilization)), f"peak demand {peak:.1f}"
     total = sum(history)
     n = 0

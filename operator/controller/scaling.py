@@ -20,7 +20,8 @@ def autoscaler_policy(spec: InferenceServiceSpec) -> AutoscalerPolicy:
         scale_down_interval_s=a.scale_down_interval_seconds,
         scale_to_zero_after_s=a.scale_to_zero_after_seconds, slo_noise_z=a.slo_noise_z,
         prefill_tokens_per_s=a.prefill_tokens_per_second, decode_sequences=a.decode_sequences,
-        ttft_slo_s=spec.slo.ttft_ms / 1000.0)
+        ttft_slo_s=spec.slo.ttft_ms / 1000.0,
+        overflow_share=a.overflow_share if spec.overflow.enabled else 0.0)  # a budget only where overflow exists
 
 
 def instant_signals(scrape: Scrape) -> Signals:

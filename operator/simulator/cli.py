@@ -43,8 +43,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         prefix_cache: str = typer.Option(None, help="Model the replicas' prefix caches (traces with block ids: "
                                                     "mooncake) with the gateway routing on 'load' only or "
                                                     "'prefix'-aware; prints each replica's hit rate."),
-        overflow_share: float = typer.Option(0.0, help="Share of requests our policy may leave to the overflow "
-                                                        "API when it runs with overflow (0: pay all back)."),
+        overflow_share: float = typer.Option(None, help="Share of requests our policy may leave to the overflow "
+                                                        "API when it runs with overflow (0: pay all back; "
+                                                        "default: the spec's autoscaling.overflowShare)."),
         scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: the vendored data/traces)."),

@@ -35,7 +35,7 @@ class Options:
     ttft_from_prefill_backlog: bool = True
     prefill_budget: bool = True
     scale_to_zero_s: float | None = None
-    overflow_share: float = 0.0
+    overflow_share: float | None = None  # None: the spec's autoscaling.overflowShare
     prefix: str | None = None  # SimConfig.prefix
     static_peak: int | None = None
     traces_dir: str | None = None
@@ -72,7 +72,7 @@ def prepare(opts: Options):
     spec = simulated_spec(profile, ttft, tpot, opts.attainment, _pick(opts.target_concurrency, sc.target_concurrency),
                           opts.scale_to_zero_s, opts.overflow_max_waiting)
     ours, overflow = policies(spec)
-    ours = replace(ours, overflow_share=opts.overflow_share)
+    ours = replace(ours, overflow_share=_pick(opts.overflow_share, ours.overflow_share))
     overflow = replace(overflow, enabled=False, budget=BudgetLimits(requests_per_minute=opts.overflow_rpm),
                        predicted_ttft_factor=_pick(opts.overflow_ttft_factor, overflow.predicted_ttft_factor))
     cfg = SimConfig(profile=profile, cold_start_s=opts.cold_start_s, ttft_slo_s=ttft, tpot_slo_s=tpot,

@@ -251,6 +251,10 @@ class AutoscalingSpec(SpecModel):
     """Sequences one replica decodes within slo.tpotMs, from the same profile (printed beside
     prefillTokensPerSecond): a replica is sized for at most this many requests in flight (targetConcurrency
     where that is fewer). 0: targetConcurrency alone."""
+    overflow_share: float = Field(0.04, ge=0, lt=1)
+    """With overflow enabled, the share of requests the autoscaler may leave to the overflow API instead of
+    paying every overflow back with replicas (an overflow budget: once the share spent over the last half hour
+    exceeds it, the autoscaler holds capacity as with 0). 0: pay all back."""
 
 
 class OverflowSpec(SpecModel):

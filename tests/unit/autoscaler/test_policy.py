@@ -177,9 +177,32 @@ def test_overflowed_requests_count_toward_attainment_with_a_budget():
     state = run(B, ScalerState(4), lambda t, n: s, 0, 400)[-1].state
     assert state.replicas == 4
     # The service's attainment: local 0.98 on 8 req/s plus 2 req/s overflowed within the SLO is 0.984.
-    assert service_attainment(sig(3, attainment=0.98, finished_rate=8.0, overflow_rate=2.0), B) == \
+    assert service_attainment(sig(3, attainment=0.98, finished_rate=8.0, overflow_rate=2.0), 0.05) == \
         pytest.approx(0.984)
-    assert service_attainment(sig(3, attainment=0.98, finished_rate=8.0, overflow_rate=2.0), P) == 0.98
+    assert service_attainment(sig(3, attainment=0.98, finished_rate=8.0, overflow_rate=2.0), 0.0) == 0.98
+
+
+def test_a_spent_budget_holds_capacity_exactly_as_no_budget():
+    # Half an hour at 15% overflow spends the budget (over 2x the 5% share): the policy then decides as one that
+    # pays every overflow back, so a burst that spent the budget makes it hold capacity.
+    heavy = lambda t, n: sig(n, running=10 * n, waiting=2, attainment=0.98, arrival_rate=10.0,  # noqa: E731
+                             finished_rate=8.5, overflow_rate=1.5, window_s=5.0)
+    state = run(B, ScalerState(3), heavy, 0, 1800)[-1].state
+    for load in (heavy(0, 3), sig(3, running=12, attainment=1.0, arrival_rate=4.0, finished_rate=4.0, window_s=5.0)):
+        spent, none = decide(state, load, B, 1805), decide(state, load, replace(B, overflow_share=0.0), 1805)
+        assert (spent.replicas, spent.reason) == (none.replicas, none.reason)
+        assert "overflow allowed" not in spent.reason
+
+
+def test_the_budget_does_not_discount_prompt_token_demand():
+    # Overflow takes whole requests, not a share of each burst's prefill: 20k prompt tokens/s is 4 replicas' worth
+    # with a budget too (discounting it let spiky seed 3 shrink to one replica before its first burst: 8.7%
+    # overflow instead of 4.5%).
+    load = lambda t, n: sig(n, running=4, attainment=1.0, arrival_rate=10.0, finished_rate=10.0,  # noqa: E731
+                            prompt_token_rate=20_000.0, window_s=5.0)
+    budget = replace(TOKENS, overflow_share=0.05)
+    assert [d.replicas for d in run(budget, ScalerState(4), load, 0, 900)] == \
+        [d.replicas for d in run(TOKENS, ScalerState(4), load, 0, 900)] == [4] * 181
 
 
 def test_slo_feedback_ignores_a_shortfall_within_sampling_noise():

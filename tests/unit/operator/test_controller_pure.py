@@ -37,6 +37,13 @@ def test_policy_follows_the_spec():
             p.slo_noise_z, p.ttft_slo_s) == (0, 3, 2, 0.9, 30, 0, 5.0)
 
 
+def test_the_overflow_budget_applies_only_where_the_service_overflows():
+    api = {"enabled": True, "baseURL": "http://api.example/v1", "apiKeySecretRef": {"name": "k", "key": "key"}}
+    assert autoscaler_policy(spec(overflow=api)).overflow_share == 0.04  # the spec's default
+    assert autoscaler_policy(spec(overflow=api, autoscaling={"overflowShare": 0})).overflow_share == 0.0
+    assert autoscaler_policy(spec(autoscaling={"overflowShare": 0.1})).overflow_share == 0.0  # overflow off
+
+
 def busy(t: float, waiting: float, finished: float = 0.0) -> Scrape:
     return Scrape(time=t, engines={"e0": EngineSample(running=4, waiting=waiting, kv_usage=0.5,
                                                       finished_total=finished)},

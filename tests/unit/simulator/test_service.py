@@ -15,7 +15,7 @@ from floodway.operator.gateway.overflow import OverflowPolicy
 from floodway.operator.render.gateway import gateway_config
 from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.simulator.run import Options, prepare
-from floodway.operator.simulator.service import capacity_fields
+from floodway.operator.simulator.service import SIMULATED_API, capacity_fields
 from floodway.operator.spec import InferenceServiceSpec
 
 pytestmark = pytest.mark.unit
@@ -47,7 +47,7 @@ def test_a_profile_becomes_the_spec_fields_and_both_paths_decide_alike(tmp_path)
     # What a user applies after reading those fields off `floodway simulate --profile` (the simulator's bounds).
     spec = InferenceServiceSpec.model_validate({
         "model": "m", "replicas": {"min": 1, "max": 8}, "slo": {"ttftMs": 500, "tpotMs": 50},
-        "autoscaling": {"targetConcurrency": 48, **fields}})
+        "autoscaling": {"targetConcurrency": 48, **fields}, "overflow": SIMULATED_API})
     assert autoscaler_policy(spec) == ours
     assert ours.per_replica == 28  # decode capacity at the TPOT SLO, under targetConcurrency 48
     # 2 requests in flight, but 20k prompt tokens arrived in 5 s: 4k tokens/s is 8 replicas' worth at half of
