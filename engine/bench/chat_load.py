@@ -33,10 +33,19 @@ class LoadResult:
     ttfts: list[float] = field(default_factory=list)  # seconds from sending to the first content token
     short: int = 0  # requests that returned fewer tokens than asked
     cpu_seconds: float | None = None  # the server process's, when its pid is known
+    # Its busiest thread's (the engine's step loop) and the sum of all its others' (HTTP, streaming), on Linux.
+    thread_cpu_seconds: tuple[float, float] | None = None
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    def cpu_ms_per_token(self) -> tuple[float, float] | None:
+        """(busiest thread, all other threads) CPU ms per output token, when both were measured (pure)."""
+        if self.thread_cpu_seconds is None or not self.tokens:
+            return None
+        busiest, others = self.thread_cpu_seconds
+        return 1000 * busiest / self.tokens, 1000 * others / self.tokens
 
     def ttft_ms(self, q: float) -> float:
         """The q-quantile of TTFT in ms (pure)."""

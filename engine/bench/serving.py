@@ -4,10 +4,12 @@ closed-loop streamed chat load at each concurrency in turn; every system runs th
 
 All servers start before the first measurement and idle while another is measured, so one run compares them under
 the same machine conditions; the servers' own CPU seconds are reported too (a shared machine's load moves wall
-clock, not CPU time).
+clock, not CPU time), split per output token into the busiest thread's (the step loop) and the rest's (HTTP and
+streaming: what serving adds to the steps).
 """
 
 import asyncio
+import os
 import tempfile
 
 import typer
@@ -41,6 +43,28 @@ def _start(servers: list[tuple[str, procs.Proc]], model: str, baselines: list[st
                             procs.start(argv, port, "/health", timeout_s=300, log_path=f"{logs}/{name}.log")))
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """Each thread's CPU seconds by thread id (Linux's /proc schedstat, in ns; empty where it is missing)."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[tid] = int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):  # the thread ended, or no schedstat
+            pass
+    return out
+
+
+def busiest_and_others(before: dict[str, float], after: dict[str, float]) -> tuple[float, float] | None:
+    """CPU seconds between two thread_cpu_seconds readings: the busiest thread's, and all others' together (pure)."""
+    used = [cpu - before.get(tid, 0.0) for tid, cpu in after.items()]
+    return (max(used), sum(used) - max(used)) if used else None
+
+
 def run(model: str, baselines: list[str], concurrencies: list[int], threads: int, dtype: str, max_model_len: int,
         max_tokens: int, num_requests: int | None, llama_server: str | None) -> None:
     unknown = [b for b in baselines if b not in BASELINES]
@@ -61,9 +85,10 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
             for c in concurrencies:
                 n = num_requests or max(8, 4 * c)
                 for name, proc in servers:
-                    cpu = proc.cpu_seconds()
+                    cpu, threads = proc.cpu_seconds(), thread_cpu_seconds(proc.pid)
                     result = asyncio.run(closed_loop(proc.url, SERVED, c, n, max_tokens, first_id=first))
                     result.cpu_seconds = proc.cpu_seconds() - cpu
+                    result.thread_cpu_seconds = busiest_and_others(threads, thread_cpu_seconds(proc.pid))
                     rows.append((c, name, result))
                     typer.echo(f"concurrency {c}, {name}: {result.tokens_per_s:.1f} tok/s", err=True)
                 first += n
@@ -78,14 +103,17 @@ def render(model: str, dtype: str, threads: int, max_tokens: int, rows: list[tup
     lines = [f"model: {model} ({dtype} in our engine), {threads or 'default'} thread(s) per server, chat requests "
              f"of {max_tokens} new tokens, closed loop", "",
              "| concurrency | system | output tok/s | floodway x | TTFT p50 ms | floodway TTFT x | TTFT p99 ms "
-             "| tok/CPU-s | requests | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| tok/CPU-s | CPU ms/tok: busiest thread + others | requests | seconds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     ours: dict[int, LoadResult] = {}
     for c, name, r in rows:
         base = ours.setdefault(c, r)
         speed = base.tokens_per_s / r.tokens_per_s if r.tokens_per_s else float("nan")
         ttft = base.ttft_ms(0.5) / r.ttft_ms(0.5) if r.ttfts else float("nan")
         per_cpu = f"{r.tokens / r.cpu_seconds:.1f}" if r.cpu_seconds else "-"
+        split = r.cpu_ms_per_token()
+        split = f"{split[0]:.1f} + {split[1]:.1f}" if split else "-"
         short = f" ({r.short} short)" if r.short else ""
         lines.append(f"| {c} | {name} | {r.tokens_per_s:.1f} | {speed:.2f}x | {r.ttft_ms(0.5):.0f} | {ttft:.2f}x "
-                     f"| {r.ttft_ms(0.99):.0f} | {per_cpu} | {len(r.ttfts)}{short} | {r.seconds:.1f} |")
+                     f"| {r.ttft_ms(0.99):.0f} | {per_cpu} | {split} | {len(r.ttfts)}{short} | {r.seconds:.1f} |")
     return "\n".join(lines)

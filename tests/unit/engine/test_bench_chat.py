@@ -1,6 +1,10 @@
 """The served chat benchmark's parts: the BF16 GGUF rewrite, llama-server's command line, stream parsing, the
 latency quantiles and the side-by-side table."""
 
+import os
+import threading
+import time
+
 import numpy as np
 import pytest
 from floodway.engine.bench import chat_load, llamacpp, serving
@@ -69,11 +73,41 @@ def test_requests_differ_from_their_first_token_of_text():
 
 
 def test_ttft_quantiles_and_table():
-    ours = LoadResult(tokens=640, seconds=10.0, ttfts=[0.1, 0.2, 0.3, 0.4, 1.0], cpu_seconds=8.0)
+    ours = LoadResult(tokens=640, seconds=10.0, ttfts=[0.1, 0.2, 0.3, 0.4, 1.0], cpu_seconds=8.0,
+                      thread_cpu_seconds=(7.68, 0.32))
     base = LoadResult(tokens=640, seconds=8.0, ttfts=[0.2, 0.4, 0.6, 0.8, 2.0], short=1)
     assert ours.ttft_ms(0.5) == pytest.approx(300) and ours.ttft_ms(0.99) == pytest.approx(1000)
     assert LoadResult().ttft_ms(0.5) != LoadResult().ttft_ms(0.5)  # NaN without samples
     table = serving.render("m", "bfloat16", 1, 64, [(1, "floodway engine", ours), (1, "llama-server bf16", base)])
     rows = [line for line in table.splitlines() if line.startswith("| 1 |")]
-    assert rows[0].startswith("| 1 | floodway engine | 64.0 | 1.00x | 300 | 1.00x | 1000 | 80.0 | 5 |")
-    assert rows[1].startswith("| 1 | llama-server bf16 | 80.0 | 0.80x | 600 | 0.50x | 2000 | - | 5 (1 short) |")
+    assert rows[0].startswith("| 1 | floodway engine | 64.0 | 1.00x | 300 | 1.00x | 1000 | 80.0 | 12.0 + 0.5 | 5 |")
+    assert rows[1].startswith("| 1 | llama-server bf16 | 80.0 | 0.80x | 600 | 0.50x | 2000 | - | - | 5 (1 short) |")
+
+
+def test_busiest_thread_and_the_rest():
+    before, after = {"1": 10.0, "2": 1.0}, {"1": 15.0, "2": 1.5, "3": 0.25}  # thread 3 started in between
+    assert serving.busiest_and_others(before, after) == (5.0, 0.75)
+    assert serving.busiest_and_others({}, {}) is None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="per-thread CPU is read from Linux's /proc")
+def test_thread_cpu_of_a_real_process_counts_a_busy_thread():
+    spun, done = threading.Event(), threading.Event()
+
+    def spin():
+        deadline = time.thread_time() + 0.2
+        while time.thread_time() < deadline:
+            pass
+        spun.set()
+        done.wait(10)  # alive while read: an ended thread leaves /proc
+
+    before = serving.thread_cpu_seconds(os.getpid())
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        assert spun.wait(10)
+        busiest, _ = serving.busiest_and_others(before, serving.thread_cpu_seconds(os.getpid()))
+    finally:
+        done.set()
+        worker.join()
+    assert busiest >= 0.19
