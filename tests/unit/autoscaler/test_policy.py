@@ -163,6 +163,16 @@ def test_overflow_beyond_the_allowed_share_scales_up():
     assert d.replicas == 4 and "overflow allowed 10.0%" in d.reason
 
 
+def test_scale_down_with_a_budget_keeps_the_utilization_margin():
+    # 25 in flight at 10 per replica: 3 replicas would carry it at full load, but a pool shrinks only to what
+    # carries its demand within scale_down_utilization (0.7): 4. Without the margin Mooncake-2x flapped between
+    # 5 and 13 replicas (1.34-1.42x the bound, 99.5% attainment).
+    s = lambda t, n: sig(n, running=25, attainment=1.0, arrival_rate=5.0, finished_rate=5.0,  # noqa: E731
+                         window_s=5.0)
+    ds = run(B, ScalerState(6), s, 0, 900)
+    assert ds[-1].replicas == 4 == min(d.replicas for d in ds)
+
+
 def test_overspent_budget_allows_less_overflow():
     # An hour at 8% overflow (over the 5% share): the allowed share falls, so 8% is now a shortage.
     s = lambda t, n: sig(3, running=30, attainment=1.0, arrival_rate=10.0, finished_rate=9.2,  # noqa: E731
@@ -285,13 +295,15 @@ def test_prefill_rate_needed_clears_every_span_within_its_length_plus_the_slack(
 
 
 def test_the_ttft_slo_lets_a_burst_of_prompt_tokens_wait_in_whole_decision_intervals():
-    # One 5 s tick of 40k prompt tokens/s (8 replicas' worth at 5k/s each) after a quiet minute.
+    # One 5 s tick of 40k prompt tokens/s (8 replicas' worth at half of 10k/s each) after a quiet minute.
     def burst_tick(p):
-        state = run(p, ScalerState(2), lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=100.0,
+        state = run(p, ScalerState(1), lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=100.0,
                                                         window_s=5.0), 0, 60)[-1].state
-        return decide(state, sig(2, running=2, attainment=1.0, prompt_token_rate=40_000.0, window_s=5.0), p, 65)
+        return decide(state, sig(1, running=2, attainment=1.0, prompt_token_rate=40_000.0, window_s=5.0), p, 65)
     half = burst_tick(replace(TOKENS, ttft_slo_s=0.5))  # 0.5 s: no whole interval of slack, sized as before
     assert half.replicas == 8 and "demand 80.0" in half.reason
     assert burst_tick(replace(TOKENS, ttft_slo_s=0.0)).replicas == 8
-    five = burst_tick(replace(TOKENS, ttft_slo_s=5.0))  # 5 s: the burst may wait one interval, so half the rate
-    assert five.replicas == 4 and "demand 40.0" in five.reason
+    # 5 s: the burst may wait one interval (spread over 10 s: 20k/s), and the slack absorbs what the tick's rate
+    # hides, so a replica counts its whole 10k/s: 2 replicas.
+    five = burst_tick(replace(TOKENS, ttft_slo_s=5.0))
+    assert five.replicas == 2 and "demand 20.0" in five.reason
