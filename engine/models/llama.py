@@ -6,8 +6,8 @@ Built from transformers' loaded model, taking over its weights: q/k/v merged int
 fused RMSNorm op, RoPE from a cos/sin table computed once for max_model_len by the model's own rotary module (so
 any static rope scaling, llama3 or yarn included, stays transformers'), our paged attention
 (`attention.attend`, the code the transformers path calls too), SiLU times up, residual adds in place.
-`F.rms_norm` is no single kernel on CPU in torch 2.15 (34 aten calls, a third of the step's); a layer_norm over
-[x, -x] (2 kernels) saved 1.4 of 52 ms a SmolLM2 bf16 step at ~1e-6 relative error in fp32, so not taken.
+`F.rms_norm` is no single kernel on CPU in torch 2.15 (34 aten calls), but neither a layer_norm over [x, -x] (2
+kernels, ~1e-6 relative error in fp32) nor transformers' formula made a SmolLM2 bf16 step faster beyond noise.
 Called as the transformers model is (`model(input_ids=, position_ids=, logits_to_keep=, floodway_meta=)`, `.logits`),
 so the runner and the CUDA graphs drive either.
 """
