@@ -120,9 +120,12 @@ def gateway_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images)
 
 def gateway_service(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:
     """Named like the InferenceService: clients call http://<name>.<namespace>.svc/v1/..."""
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, owner, images, owner.name),
-            "spec": {"selector": selector(owner, "gateway"),
-                     "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}]}}
+    body = {"selector": selector(owner, "gateway"),
+            "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}]}
+    if spec.gateway.routing.prefix_aware and spec.gateway.replicas > 1:
+        # Each gateway replica learns prefixes only from what it routed: a client's turns must reach the same one.
+        body["sessionAffinity"] = "ClientIP"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, owner, images, owner.name), "spec": body}
 
 
 def gateway_pdb(spec: InferenceServiceSpec, owner: Owner, images: Images) -> list[dict]:

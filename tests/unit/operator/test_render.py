@@ -164,3 +164,13 @@ def test_gateway_client_keys_from_a_secret_file():
     open_pod = by_kind(render(spec(), OWNER, Images()))[("Deployment", "chat-gateway")]["spec"]["template"]["spec"]
     assert [v["name"] for v in open_pod["volumes"]] == ["config"]
     assert cluster_gateway_config(spec(), OWNER).get("auth") is None
+
+
+def test_prefix_routing_keeps_a_client_on_one_gateway_replica():
+    """Each gateway replica has its own prefix index, so a conversation's turns must reach the one that saw it."""
+    def service(**gateway):
+        return by_kind(render(spec(gateway=gateway), OWNER, Images()))[("Service", "chat")]["spec"]
+
+    assert service()["sessionAffinity"] == "ClientIP"
+    assert "sessionAffinity" not in service(replicas=1)
+    assert "sessionAffinity" not in service(routing={"prefixAware": False})
