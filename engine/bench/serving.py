@@ -85,10 +85,10 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
             for c in concurrencies:
                 n = num_requests or max(8, 4 * c)
                 for name, proc in servers:
-                    cpu, threads = proc.cpu_seconds(), thread_cpu_seconds(proc.pid)
+                    cpu, per_thread = proc.cpu_seconds(), thread_cpu_seconds(proc.pid)
                     result = asyncio.run(closed_loop(proc.url, SERVED, c, n, max_tokens, first_id=first))
                     result.cpu_seconds = proc.cpu_seconds() - cpu
-                    result.thread_cpu_seconds = busiest_and_others(threads, thread_cpu_seconds(proc.pid))
+                    result.thread_cpu_seconds = busiest_and_others(per_thread, thread_cpu_seconds(proc.pid))
                     rows.append((c, name, result))
                     typer.echo(f"concurrency {c}, {name}: {result.tokens_per_s:.1f} tok/s", err=True)
                 first += n
