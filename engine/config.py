@@ -29,6 +29,9 @@ class EngineConfig:
     enable_chunked_prefill: bool = _setting(True, "Split long prompts across engine steps.")
     enforce_eager: bool = _setting(False, "On CUDA, run every step eagerly instead of replaying decode steps as "
                                           "CUDA graphs captured at startup.")
+    compile_decode: bool = _setting(False, "On CPU, run the layers of decode-only steps as one torch.compile graph "
+                                           "(our decoder; needs a C++ compiler): compiled on the first decode step "
+                                           "of batch 1 and of larger batches, ~10-25 s of CPU each.")
     model_impl: str = _setting("auto", "auto (our own decoder for Llama, Mistral and Qwen2, transformers' modules "
                                        "otherwise) or transformers (always transformers' modules).")
     seed: int = _setting(0, "Seed of the engine's sampler.")

@@ -35,6 +35,8 @@ class ModelRunner:
         self.max_model_len = _max_model_len(cfg, hf)
         if cfg.model_impl == "auto" and llama.supports(model):
             model = llama.LlamaDecoder(model, self.max_model_len)  # takes over the weights, frees the unmerged ones
+            if cfg.compile_decode and self.device.type == "cpu":  # CUDA decode steps replay CUDA graphs instead
+                model.compile_decode()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()  # the KV budget reads free memory
         self.model = model

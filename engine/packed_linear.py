@@ -30,7 +30,19 @@ class PackedLinear(torch.nn.Module):
         self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # traced as an opaque op: inductor lowers this one only for frozen weights
+            return _packed_linear(x, self.packed, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+@torch.library.custom_op("floodway::packed_linear", mutates_args=())
+def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@_packed_linear.register_fake
+def _(x, packed, bias):
+    return x.new_empty(*x.shape[:-1], packed.shape[0])  # the blocked weight keeps its [out, in] sizes
 
 
 def pack(model: torch.nn.Module) -> int:

@@ -1,10 +1,12 @@
 """The engine's CPU decode step against a baseline built without one of its parts, side by side:
-`python -P -m floodway.engine.bench.prepack [--baseline transformers|plain]`.
+`python -P -m floodway.engine.bench.prepack [--baseline transformers|plain|eager] [--compile-decode]`.
 
 Two engines on the same model in one process: the engine as it runs on CPU in bf16 (our decoder,
-engine/models/llama.py, with its linears prepacked by engine/packed_linear.py) and the baseline: transformers'
-modules (`transformers`, prepacked too) or our decoder with plain linears (`plain`). Each decodes the same chat
-prompt at batch 1, 8 and 32, alternating, best of 3 rounds of CPU time per decode step (one thread).
+engine/models/llama.py, with its linears prepacked by engine/packed_linear.py; its decode steps compiled with
+--compile-decode) and the baseline: transformers' modules (`transformers`, prepacked too), our decoder with plain
+linears (`plain`) or as it runs without --compile-decode (`eager`). Each decodes the same chat prompt at batch 1, 8
+and 32 (after a short warm-up decode that compiles), alternating, best of 3 rounds of CPU time per decode step (one
+thread).
 """
 
 import time
@@ -28,7 +30,7 @@ def decode_ms(engine, prompt: list[int], batch: int, tokens: int) -> float:
 
 
 def main(model: str = "floodway/smollm2-135m-instruct", batches: str = "1,8,32", tokens: int = 32,
-         rounds: int = 3, baseline: str = "transformers") -> None:
+         rounds: int = 3, baseline: str = "transformers", compile_decode: bool = False) -> None:
     import torch
     from floodway.engine import packed_linear
     from floodway.engine.config import EngineConfig
@@ -36,14 +38,16 @@ def main(model: str = "floodway/smollm2-135m-instruct", batches: str = "1,8,32",
     from floodway.engine.models.builtin import resolve_model
 
     torch.set_num_threads(1)
-    if baseline not in ("transformers", "plain"):
-        raise typer.BadParameter("baseline must be transformers or plain")
+    if baseline not in ("transformers", "plain", "eager"):
+        raise typer.BadParameter("baseline must be transformers, plain or eager")
     if not packed_linear.supported(torch.device("cpu"), torch.bfloat16):
         raise typer.Exit("this CPU or torch build has no oneDNN bf16 kernels: not the engine's CPU bf16 step")
     cfg = dict(model=resolve_model(model), dtype="bfloat16", max_model_len=512, max_num_seqs=64)
-    ours = LLMEngine(EngineConfig(**cfg))
+    ours = LLMEngine(EngineConfig(**cfg, compile_decode=compile_decode))
     if baseline == "transformers":
         base = LLMEngine(EngineConfig(**cfg, model_impl="transformers"))
+    elif baseline == "eager":
+        base = LLMEngine(EngineConfig(**cfg))
     else:
         real = packed_linear.supported
         packed_linear.supported = lambda *a: False  # the baseline keeps plain linear layers
@@ -54,10 +58,13 @@ def main(model: str = "floodway/smollm2-135m-instruct", batches: str = "1,8,32",
     prompt = list(ours.tokenizer.apply_chat_template([{"role": "user", "content": "Write a short poem about autumn."}],
                                                      add_generation_prompt=True, tokenize=True,
                                                      return_dict=True)["input_ids"])
-    typer.echo(f"{model}, bf16, 1 thread, {tokens} tokens per sequence, best of {rounds} alternating rounds\n\n"
+    typer.echo(f"{model}, bf16, 1 thread, {tokens} tokens per sequence, best of {rounds} alternating rounds"
+               f"{', engine with --compile-decode' if compile_decode else ''}\n\n"
                f"| batch | {baseline} ms/step | engine ms/step | speed-up |\n|---|---|---|---|")
     for batch in (int(b) for b in batches.split(",")):
         best = {"base": float("inf"), "ours": float("inf")}
+        for engine in (base, ours):
+            decode_ms(engine, prompt, batch, 4)
         for _ in range(rounds):
             for name, engine in (("base", base), ("ours", ours)):
                 best[name] = min(best[name], decode_ms(engine, prompt, batch, tokens))

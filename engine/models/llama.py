@@ -12,6 +12,7 @@ Called as the transformers model is (`model(input_ids=, position_ids=, logits_to
 so the runner and the CUDA graphs drive either.
 """
 
+import threading
 from typing import NamedTuple
 
 import torch
@@ -29,6 +30,22 @@ def supports(hf_model) -> bool:
     cfg = hf_model.config
     rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_type", "default")
     return type(hf_model).__name__ in ARCHITECTURES and rope in STATIC_ROPE and cfg.hidden_act == "silu"
+
+
+# The step a compiled decode is running: the compiled graph calls attention as the opaque op below, whose step
+# metadata (Python lists of groups) cannot be a graph input.
+_compiled_step = threading.local()
+
+
+@torch.library.custom_op("floodway::attend", mutates_args=())
+def _attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scaling: float) -> torch.Tensor:
+    # It writes k, v into the layer's cache, which is no graph input, so the graph has nothing to reorder around it.
+    return attention.attend(_compiled_step.meta, layer, q, k, v, scaling)
+
+
+@_attend_op.register_fake
+def _(q, k, v, layer, scaling):
+    return torch.empty_like(q)
 
 
 class Output(NamedTuple):
@@ -71,7 +88,9 @@ class DecoderLayer(nn.Module):
         # rotate_half(x) * sin, with rotate_half's sign folded into the table: x's halves swapped times sin.
         qk = torch.addcmul(qk * cos, qk.view(t, nq + nkv, 2, hd // 2).flip(2).view(t, nq + nkv, hd), sin)
         v = qkv[:, (nq + nkv) * hd:].view(t, nkv, hd)
-        o = attention.attend(meta, self.layer, qk[:, :nq], qk[:, nq:], v, self.scaling)
+        q, k = qk[:, :nq], qk[:, nq:]
+        o = _attend_op(q, k, v, self.layer, self.scaling) if torch.compiler.is_compiling() \
+            else attention.attend(meta, self.layer, q, k, v, self.scaling)
         h += self.o_proj(o.view(t, nq * hd))
         gu = self.gate_up(F.rms_norm(h, h.shape[-1:], self.norm2, self.eps))
         inter = gu.shape[-1] // 2
@@ -92,6 +111,16 @@ class LlamaDecoder(nn.Module):
         sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(w.device, w.dtype)
         self.register_buffer("cos", cos[0].unsqueeze(1), persistent=False)  # [max_model_len, 1, head_dim]
         self.register_buffer("sin", (sin[0] * sign).unsqueeze(1), persistent=False)
+        self.compiled_layers = None
+
+    def compile_decode(self) -> None:
+        """Runs the layers of decode-only CPU steps as one torch.compile graph (inductor's C++ code; compiled on the
+        first such step, once for batch 1 and once for the rest: dynamic shapes). Prefill steps stay eager."""
+        self.compiled_layers = torch.compile(self._layers, dynamic=True)
+
+    def _layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: attention.StepMeta | None) -> None:
+        for layer in self.layers:
+            layer(h, cos, sin, meta)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, floodway_meta: attention.StepMeta,
                 logits_to_keep: torch.Tensor | None = None, **_) -> Output:
@@ -99,8 +128,11 @@ class LlamaDecoder(nn.Module):
         pos = position_ids[0]
         h = self.embed_tokens(input_ids[0])
         cos, sin = self.cos[pos], self.sin[pos]
-        for layer in self.layers:
-            layer(h, cos, sin, floodway_meta)
+        if self.compiled_layers is not None and not floodway_meta.prefills and floodway_meta.kernel is None:
+            _compiled_step.meta = floodway_meta
+            self.compiled_layers(h, cos, sin, None)
+        else:
+            self._layers(h, cos, sin, floodway_meta)
         if logits_to_keep is not None:
             h = h[logits_to_keep]
         return Output(self.lm_head(F.rms_norm(h, h.shape[-1:], self.norm, self.eps)).unsqueeze(0))
