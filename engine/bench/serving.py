@@ -22,7 +22,7 @@ BASELINES = {"llamacpp": "bf16", "llamacpp-q4_1": "q4_1"}  # name -> which SmolL
 BATCH_TOKENS = 2048  # each server's token budget per step (our engine's default)
 
 
-def _start(servers: list[tuple[str, procs.Proc]], model: str, baselines: list[str], slots: int, threads: int,
+def start_servers(servers: list[tuple[str, procs.Proc]], model: str, baselines: list[str], slots: int, threads: int,
            dtype: str, max_model_len: int, llama_server: str | None, logs: str) -> None:
     """Starts each server and appends it to `servers` as soon as it runs (so a later failure still stops it)."""
     port = procs.free_port()
@@ -78,7 +78,8 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
     with tempfile.TemporaryDirectory(prefix="floodway-bench-") as logs:
         servers: list[tuple[str, procs.Proc]] = []
         try:
-            _start(servers, model, baselines, max(concurrencies), threads, dtype, max_model_len, llama_server, logs)
+            start_servers(servers, model, baselines, max(concurrencies), threads, dtype, max_model_len, llama_server,
+                          logs)
             for _, proc in servers:  # warm-up: first-request costs stay out of the figures
                 asyncio.run(closed_loop(proc.url, SERVED, 1, 2, 8, first_id=10**6))
             first = 0

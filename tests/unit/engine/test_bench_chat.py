@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from floodway.engine.bench import chat_load, llamacpp, serving
+from floodway.engine.bench import chat_load, llamacpp, served_overhead, serving
 from floodway.engine.bench.chat_load import LoadResult
 
 pytestmark = pytest.mark.unit
@@ -111,3 +111,10 @@ def test_thread_cpu_of_a_real_process_counts_a_busy_thread():
         done.set()
         worker.join()
     assert busiest >= 0.19
+
+
+def test_served_overhead_table_gives_each_round_and_the_medians():
+    table = served_overhead.render([(40.0, 41.0, 0.5), (50.0, 50.0, 1.0), (44.0, 43.0, 0.4)], 2, 64)
+    rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isalnum()]
+    assert rows[1] == "| 0 | 40.0 | 41.0 | 0.50 | 1.038x |"
+    assert rows[-1] == "| median | 44.0 | 43.0 | 0.50 | 0.989x |"  # each column's own median
