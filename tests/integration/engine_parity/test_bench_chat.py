@@ -16,11 +16,13 @@ def test_served_chat_bench_without_baselines(floodway_cmd, tiny_model_path):
                                          "--max-tokens", "5", "--threads", "1"],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = [line.split(" | ") for line in res.stdout.splitlines() if line.startswith("| 1 |") or
-            line.startswith("| 3 |")]
-    assert [r[1] for r in rows] == ["floodway engine"] * 2
-    for r in rows:
-        assert float(r[2]) > 0 and r[3] == "1.00x" and r[8] == "3"  # tok/s, ratio to itself, 3 requests, none short
+    lines = res.stdout.splitlines()
+    header = [c.strip() for c in next(line for line in lines if line.startswith("| concurrency |")).split("|")]
+    rows = [dict(zip(header, (c.strip() for c in line.split("|")), strict=True)) for line in lines
+            if line.startswith(("| 1 |", "| 3 |"))]
+    assert [r["system"] for r in rows] == ["floodway engine"] * 2
+    for r in rows:  # tok/s, ratio to itself, 3 requests (none short)
+        assert float(r["output tok/s"]) > 0 and r["floodway x"] == "1.00x" and r["requests"] == "3"
 
 
 def test_llama_baselines_need_smollm2(floodway_cmd, tiny_model_path):
