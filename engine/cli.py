@@ -44,7 +44,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         max_model_len: int = typer.Option(512, help="Engine max_model_len; trace lengths scale to it."),
         seq_requests: int = typer.Option(4, help="Requests timed for the sequential baseline (it is slow)."),
         baselines: str | None = typer.Option(None, help="Comma list of baselines to run (default: sequential,"
-                                                        "static,continuous; for chat: llamacpp,llamacpp-q4_1)."),
+                                                        "static,continuous; for chat: llamacpp,llamacpp-q4_1; "
+                                                        "also floodway-compile-decode, ours with that flag)."),
         profile_out: str | None = typer.Option(None, help="Also write a JSON step-cost profile here."),
         traces: str | None = typer.Option(None, help="Traces folder (default: the vendored data/traces)."),
         threads: int = typer.Option(0, help="torch intra-op threads for every system (0: torch's default, all "

@@ -19,23 +19,26 @@ from floodway.operator import procs
 
 SERVED = "bench-model"
 BASELINES = {"llamacpp": "bf16", "llamacpp-q4_1": "q4_1"}  # name -> which SmolLM2 GGUF
+VARIANTS = {"floodway-compile-decode": ["--compile-decode"]}  # our engine with these flags, beside the default one
 BATCH_TOKENS = 2048  # each server's token budget per step (our engine's default)
 
 
 def start_servers(servers: list[tuple[str, procs.Proc]], model: str, baselines: list[str], slots: int, threads: int,
            dtype: str, max_model_len: int, llama_server: str | None, logs: str) -> None:
     """Starts each server and appends it to `servers` as soon as it runs (so a later failure still stops it)."""
-    port = procs.free_port()
-    ours = procs.FLOODWAY_ARGV + ["engine", "--model", model, "--served-model-name", SERVED, "--dtype", dtype,
-                                  "--max-num-seqs", str(slots), "--max-model-len", str(max_model_len),
-                                  "--max-num-batched-tokens", str(BATCH_TOKENS), "--host", "127.0.0.1",
-                                  "--port", str(port), "--log-level", "warning"]
     env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
-    servers.append(("floodway engine", procs.start(ours, port, "/ready", timeout_s=600, env=env,
-                                                   log_path=f"{logs}/floodway.log")))
-    if baselines:
+    for name, extra in [("floodway engine", []), *((v, VARIANTS[v]) for v in baselines if v in VARIANTS)]:
+        port = procs.free_port()
+        ours = procs.FLOODWAY_ARGV + ["engine", "--model", model, "--served-model-name", SERVED, "--dtype", dtype,
+                                      "--max-num-seqs", str(slots), "--max-model-len", str(max_model_len),
+                                      "--max-num-batched-tokens", str(BATCH_TOKENS), "--host", "127.0.0.1",
+                                      "--port", str(port), "--log-level", "warning", *extra]
+        servers.append((name, procs.start(ours, port, "/ready", timeout_s=600, env=env,
+                                          log_path=f"{logs}/{name.replace(' ', '-')}.log")))
+    llama = [b for b in baselines if b in BASELINES]
+    if llama:
         binary, ggufs = llamacpp.server_binary(llama_server), llamacpp.smollm2_ggufs()
-        for name in baselines:
+        for name in llama:
             port = procs.free_port()
             argv = llamacpp.server_argv(binary, ggufs[BASELINES[name]], SERVED, port, slots, max_model_len, threads,
                                         BATCH_TOKENS)
@@ -67,12 +70,13 @@ def busiest_and_others(before: dict[str, float], after: dict[str, float]) -> tup
 
 def run(model: str, baselines: list[str], concurrencies: list[int], threads: int, dtype: str, max_model_len: int,
         max_tokens: int, num_requests: int | None, llama_server: str | None) -> None:
-    unknown = [b for b in baselines if b not in BASELINES]
+    unknown = [b for b in baselines if b not in BASELINES and b not in VARIANTS]
     if unknown:
-        raise typer.BadParameter(f"unknown baseline(s) {unknown} for the chat workload; choose from {list(BASELINES)}")
+        raise typer.BadParameter(f"unknown baseline(s) {unknown} for the chat workload; choose from "
+                                 f"{[*BASELINES, *VARIANTS]}")
     from floodway.engine.models.smollm2 import NAME
 
-    if baselines and model != NAME:
+    if any(b in BASELINES for b in baselines) and model != NAME:
         raise typer.BadParameter(f"the llama-server baselines serve {NAME}'s GGUF: use --model {NAME}")
     rows: list[tuple[int, str, LoadResult]] = []
     with tempfile.TemporaryDirectory(prefix="floodway-bench-") as logs:
@@ -80,8 +84,9 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
         try:
             start_servers(servers, model, baselines, max(concurrencies), threads, dtype, max_model_len, llama_server,
                           logs)
-            for _, proc in servers:  # warm-up: first-request costs stay out of the figures
-                asyncio.run(closed_loop(proc.url, SERVED, 1, 2, 8, first_id=10**6))
+            for _, proc in servers:  # warm-up: first-request costs (and batch 1's and 2's compiles) stay out
+                for c in (1, 2):
+                    asyncio.run(closed_loop(proc.url, SERVED, c, 2, 8, first_id=10**6 + 10 * c))
             first = 0
             for c in concurrencies:
                 n = num_requests or max(8, 4 * c)
