@@ -34,6 +34,13 @@ def engine_server(start_engine):
 
 
 @pytest.fixture(scope="session")
+def slow_server(start_engine):
+    """engine_server with steps of at least 20 ms, so a long answer takes seconds however fast the machine: a client
+    that gives up (or reads a few chunks) is gone long before the engine could have finished."""
+    return start_engine("--max-model-len", "256", "--max-num-seqs", "8", "--step-delay-ms", "20")
+
+
+@pytest.fixture(scope="session")
 def wait_for():
     """wait_for(predicate, timeout_s, what): polls with a deadline; returns the last truthy value or fails."""
 

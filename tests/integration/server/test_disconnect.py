@@ -36,8 +36,8 @@ def _blocks(url: str) -> dict:
     return metrics
 
 
-def test_killed_streaming_client_frees_all_kv_blocks(engine_server, wait_for, engine_debug):
-    url = engine_server.url
+def test_killed_streaming_client_frees_all_kv_blocks(slow_server, wait_for, engine_debug):
+    url = slow_server.url
     aborts = _abort_count(url)
     client = subprocess.Popen([sys.executable, "-P", "-c", CLIENT, url], stdout=subprocess.PIPE, text=True)
     try:
@@ -58,12 +58,12 @@ def test_killed_streaming_client_frees_all_kv_blocks(engine_server, wait_for, en
     assert _abort_count(url) == aborts + 1
 
 
-def test_disconnected_non_streaming_client_is_aborted(engine_server, wait_for, engine_debug):
-    url = engine_server.url
+def test_disconnected_non_streaming_client_is_aborted(slow_server, wait_for, engine_debug):
+    url = slow_server.url
     aborts = _abort_count(url)
     body = {"prompt": "Tell me everything.", "max_tokens": 240, "ignore_eos": True}
     with httpx.Client(base_url=url) as c:
-        with pytest.raises(httpx.ReadTimeout):  # gives up long before 240 tokens are out (~1 s here)
+        with pytest.raises(httpx.ReadTimeout):  # gives up long before 240 steps of >= 20 ms
             c.post("/v1/completions", json=body, timeout=httpx.Timeout(30, read=0.2))
     wait_for(lambda: _abort_count(url) == aborts + 1, 30, "the abandoned request to be aborted")
     stats = wait_for(lambda: (s := engine_debug(url)["stats"])["num_free_blocks"] == s["num_total_blocks"] and s,

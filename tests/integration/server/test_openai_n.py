@@ -94,8 +94,8 @@ def test_bad_n_and_best_of_get_400(engine_server, body, param):
         assert r.json()["error"]["param"] == param
 
 
-def test_client_gone_mid_stream_frees_every_choice_s_blocks(engine_server, wait_for, engine_debug):
-    url = engine_server.url
+def test_client_gone_mid_stream_frees_every_choice_s_blocks(slow_server, wait_for, engine_debug):
+    url = slow_server.url
     body = {"prompt": "A long story: " * 6, "max_tokens": 200, "n": 4, "stream": True, "ignore_eos": True}
     with httpx.Client(base_url=url, timeout=60) as c, c.stream("POST", "/v1/completions", json=body) as r:
         lines = r.iter_lines()
@@ -109,8 +109,8 @@ def test_client_gone_mid_stream_frees_every_choice_s_blocks(engine_server, wait_
     assert stats["stats"]["num_running"] == 0 and stats["stats"]["num_waiting"] == 0
 
 
-def test_client_gone_before_the_answer_frees_every_choice_s_blocks(engine_server, wait_for, engine_debug):
-    url = engine_server.url
+def test_client_gone_before_the_answer_frees_every_choice_s_blocks(slow_server, wait_for, engine_debug):
+    url = slow_server.url
     body = {"prompt": "Tell me everything.", "max_tokens": 200, "n": 4, "ignore_eos": True}
     with httpx.Client(base_url=url) as c, pytest.raises(httpx.ReadTimeout):  # gives up long before the end
         c.post("/v1/completions", json=body, timeout=httpx.Timeout(30, read=0.5))
