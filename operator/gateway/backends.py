@@ -24,6 +24,7 @@ from floodway.operator.gateway.routing import (
     estimate_waiting,
     pick,
     pick_prefix,
+    sent_work,
     uncached_tokens,
 )
 from floodway.operator.runtimes import DEFAULT, RUNTIMES, MetricNames, Runtime
@@ -77,7 +78,7 @@ class Backend:
     max_num_seqs: float = 0.0  # the engine's batch capacity (vllm:cache_config_info); 0: not exported
     prefill_waiting: float = 0.0  # scraped prompt tokens not yet prefilled (0 where the engine does not say)
     pending_tokens: int = 0  # uncached prompt tokens of the gateway's requests there without a first byte yet
-    recent_tokens: float = 0.0  # uncached prompt tokens sent there, decayed to recent_at (routing.decayed)
+    recent_work: float = 0.0  # work sent there (routing.sent_work), decayed to recent_at (routing.decayed)
     recent_at: float = 0.0
 
     @property
@@ -90,10 +91,10 @@ class Backend:
         """Requests the engine runs at once: as it says, else the most seen running (0: unknown)."""
         return self.max_num_seqs or self.seen_running
 
-    def load(self, recent_tokens: float = 0.0) -> BackendLoad:
+    def load(self, recent_work: float = 0.0) -> BackendLoad:
         return BackendLoad(self.id, self.ready, self.in_flight,
                            estimate_waiting(self.waiting, self.in_flight, self.in_flight_at_scrape, self.capacity),
-                           self.running, self.kv_usage, self.backlog, recent_tokens)
+                           self.running, self.kv_usage, self.backlog, recent_work)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class BackendTable:
         `prompt_tokens` tokens, and how many of them it likely has to prefill (not in its cache). It is recorded
         as holding the keys from now on, and as sent those tokens."""
         now, half_life = self.clock(), self.weights.recent_half_life_s
-        loads = [b.load(decayed(b.recent_tokens, now - b.recent_at, half_life)) for b in self.backends.values()]
+        loads = [b.load(decayed(b.recent_work, now - b.recent_at, half_life)) for b in self.backends.values()]
         hits: dict[str, float] = {}
         if self.prefix is None or not keys:
             chosen = pick(loads, self.rng, self.weights, exclude)
@@ -141,7 +142,7 @@ class BackendTable:
         if self.prefix is not None and keys:
             self.index.record(chosen.id, keys)
         backend, uncached = self.backends[chosen.id], uncached_tokens(prompt_tokens, hits.get(chosen.id, 0.0))
-        backend.recent_tokens, backend.recent_at = chosen.recent_tokens + uncached, now
+        backend.recent_work, backend.recent_at = chosen.recent_work + sent_work(uncached, self.weights), now
         return backend, uncached
 
     def totals(self, exclude: frozenset[str] = frozenset()) -> PoolTotals:

@@ -9,7 +9,7 @@ Example:
       static: [http://127.0.0.1:8001, http://127.0.0.1:8002]      # or:
       # kubernetes: {namespace: default, service: chat-engine, port: http}
     scrape_interval_s: 0.5
-    routing: {prefix_aware: true, prefix_load_cap: 1.5}   # prefer the engine holding the prompt's prefix
+    routing: {prefix_aware: true, prefix_load_cap: 1.3}   # prefer the engine holding the prompt's prefix
     slo: {ttft_ms: 500, tpot_ms: 50}
     overflow:
       enabled: true
@@ -81,15 +81,17 @@ class Routing(_Strict):
                                        "backend has yet to prefill (not in its prefix cache) that score as much "
                                        "as one request there (0: not counted).")
     recent_half_life_s: float = Field(RoutingWeights.recent_half_life_s, gt=0, description="Half-life of the "
-                                      "prefill tokens sent to each backend lately, which break ties between "
+                                      "work sent to each backend lately (requests and their uncached prompt "
+                                      "tokens), which the prefix load cap reads and which breaks ties between "
                                       "equally loaded backends (the one that got less work wins).")
     prefix_aware: bool = Field(True, description="Prefer the backend likely to hold the prompt's prefix in its "
                                "KV cache (routing.pick_prefix); false: load only.")
     prefix_weight: float = Field(PrefixPolicy.weight, ge=0, description="Score a whole-prompt prefix hit is "
                                  "worth, in queued requests.")
     prefix_load_cap: float = Field(PrefixPolicy.load_cap, ge=1, description="A backend takes a request for its "
-                                   "cache only while its requests stay within this multiple of the pool's mean...")
-    prefix_load_slack: float = Field(PrefixPolicy.load_slack, ge=0, description="... plus this many requests.")
+                                   "cache only while the work sent there lately stays within this multiple of the "
+                                   "pool's mean...")
+    prefix_load_slack: float = Field(PrefixPolicy.load_slack, ge=0, description="... plus this many requests' worth.")
     prefix_min_gain: float = Field(PrefixPolicy.min_gain, ge=0, le=1, description="Share of the prompt a backend "
                                    "must hold beyond what every backend holds to be preferred for it.")
 

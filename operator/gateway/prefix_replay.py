@@ -47,6 +47,7 @@ from floodway.operator.gateway.routing import (
     decayed,
     pick,
     pick_prefix,
+    sent_work,
     uncached_tokens,
 )
 
@@ -90,7 +91,7 @@ class _Engine:
         self.sched = Scheduler(self.kv, shape.max_num_seqs, shape.max_num_batched_tokens, chunked_prefill=True)
         self.in_flight = 0
         self.pending: dict[Request, int] = {}  # the gateway's count: uncached prompt tokens before the first token
-        self.recent, self.recent_at = 0.0, 0.0  # the gateway's prefill tokens sent here (decayed), when last sent
+        self.recent, self.recent_at = 0.0, 0.0  # the gateway's work sent here (routing.sent_work, decayed), when last
         self.routed: dict[int, int] = {}  # engine block hash -> the first request routed here with it
         self.computed: set[int] = set()  # engine block hashes ever cached here
 
@@ -193,7 +194,7 @@ def replay(prompts: list[list[int]], texts: list[str], rate: float, engines: int
         req = Request(str(i), list(prompts[i]), SamplingParams(max_tokens=shape.max_tokens), RequestMetrics(t))
         where[req] = i, e
         eng.pending[req] = uncached_tokens(len(prompts[i]), hits.get(chosen.id, 0.0))
-        eng.recent, eng.recent_at = loads[e].recent_tokens + eng.pending[req], t
+        eng.recent, eng.recent_at = loads[e].recent_work + sent_work(eng.pending[req], weights), t
         for key in blocks[i]:
             eng.routed.setdefault(key, i)
         eng.in_flight += 1
@@ -208,20 +209,15 @@ def replay(prompts: list[list[int]], texts: list[str], rate: float, engines: int
     return result
 
 
-BY_COUNT = RoutingWeights(prefill_unit_tokens=0.0, recent_half_life_s=1e-9)  # the former load: requests, ties drawn
-
-
 def routers() -> list[Router]:
     """The routers the replay compares: load only, the shipped prefix-aware one, the same with the index of the
     engine's token blocks or with the engine's cache itself (what published block events give at best, with no
-    lag), with the former cap (1.25 x mean + 1) or none, and both routers with the former load measure (requests
-    only, ties at random)."""
+    lag), with a looser cap (1.5 x mean + 2) or none."""
     shipped = PrefixPolicy()
     return [Router("load-only"), Router("prefix-aware", shipped), Router("+ token keys", shipped, "tokens"),
             Router("+ engine cache", shipped, "engine"),
-            Router("cap 1.25x+1", replace(shipped, load_cap=1.25, load_slack=1.0)),
-            Router("no cap", replace(shipped, load_cap=float("inf"))),
-            Router("load, by count", weights=BY_COUNT), Router("prefix, by count", shipped, weights=BY_COUNT)]
+            Router("cap 1.5x+2", replace(shipped, load_cap=1.5, load_slack=2.0)),
+            Router("no cap", replace(shipped, load_cap=float("inf")))]
 
 
 def median(values: list[float]) -> float:

@@ -16,12 +16,13 @@ Score (lower is better), from what the gateway knows of one backend:
   floodway_num_prefill_tokens_waiting, whichever is more). Every `prefill_unit_tokens` weigh one request: a new
   request waits behind that prefill.
 
-Equal scores (idle engines, mostly) go to the backend with the fewest `recent_tokens`, the prefill tokens sent
-there lately (decayed with a half-life): drawn at random instead, the work each engine did spread 1.47x the
-mean on the replayed bench workload at light load (prefix_replay.py, 0.08 s steps), 1.15x this way.
+Equal scores (idle engines, mostly) go to the backend with the least `recent_work`, the work sent there lately
+in the score's own units (each request 1 plus its uncached prompt tokens / prefill_unit_tokens, decayed with a
+half-life): drawn at random instead, the prefill work each engine did spread 1.47x the mean on the replayed
+bench workload at light load (prefix_replay.py, 0.08 s steps), 1.15x this way.
 
 Power of two choices: sample two distinct ready backends and take the lower score (ties: the fewer
-recent_tokens, then the first sampled). It spreads load nearly as well as least-loaded but does not herd every
+recent_work, then the first sampled). It spreads load nearly as well as least-loaded but does not herd every
 request onto the same backend between two scrapes. The RNG is passed in, so tests and the simulator are
 deterministic.
 
@@ -34,13 +35,14 @@ holders of a short shared prefix would win every tie, so at low load one engine 
 the pick is the load-only one above, so traffic without shared prefixes is routed exactly as before. Otherwise the
 lowest `load_score - (prefix_weight + prompt_tokens / prefill_unit_tokens) * gain` wins (the prefill a hit saves
 counts in the units of the prefill the load score counts, so a long prompt's holder keeps it against a longer
-backlog than a short one's; ties: the fewest recent_tokens, then a random one) among the backends within the load
-cap: those whose request count after taking this one stays within `load_cap` x the pool's mean (after it) plus
-`load_slack` requests, and always the least loaded. The cap is what keeps a hot prefix from piling every request
-onto its holder: past it, the request goes where load says and that backend learns the prefix. Its defaults come
-from replaying `floodway bench routing` offline (prefix_replay.py): at 1.25 x mean + 1 the cap sent a
-conversation's later turns away from their holder for 16-22% of the single-engine bound's hits; at 1.5 x mean + 2
-for 1-15%, the spread of prefill work over the engines within 0.02 of it (README, "Prefix-aware routing").
+backlog than a short one's; ties: the least recent_work, then a random one) among the backends within the load
+cap: those whose recent work after taking this one stays within `load_cap` x the pool's mean (after it) plus
+`load_slack` requests, and always the one with the least. The cap is what keeps a hot prefix, or a long
+conversation, from piling onto its holder: past it, the request goes where load says and that backend learns the
+prefix. It reads work sent lately rather than requests in flight because a conversation's turns come one at a
+time: in flight, a holder never looked busy however many turns it took, and on the replayed bench workload the
+requests each engine served spread 1.27x the mean (1.33x in real runs); capped on recent work at 1.3 x mean + 1,
+1.21x for 2 points of the single-engine bound's hits (prefix_replay.py; README, "Prefix-aware routing").
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class BackendLoad:
     running: float = 0.0
     kv_usage: float = 0.0
     prefill_tokens: float = 0.0  # prompt tokens there not prefilled yet, less what its cache likely holds
-    recent_tokens: float = 0.0  # prefill tokens sent there lately (decayed): breaks ties between equal scores
+    recent_work: float = 0.0  # work sent there lately (sent_work, decayed): the cap's measure and the tie-break
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,14 @@ class RoutingWeights:
     waiting_weight: float = 1.0
     kv_weight: float = 4.0
     prefill_unit_tokens: float = 512.0  # prefill tokens that weigh as much as one request (0: not counted)
-    recent_half_life_s: float = 30.0  # of recent_tokens
+    recent_half_life_s: float = 30.0  # of recent_work
 
 
 @dataclass(frozen=True)
 class PrefixPolicy:
     weight: float = 4.0  # score a whole-prompt hit is worth, in queued requests
-    load_cap: float = 1.5
-    load_slack: float = 2.0
+    load_cap: float = 1.3  # x the pool's mean recent work...
+    load_slack: float = 1.0  # ... plus this many requests: what a holder may take for its cache
     min_gain: float = 0.1  # a smaller share of the prompt is no reason to prefer its holder
 
 
@@ -93,6 +95,12 @@ def decayed(value: float, elapsed_s: float, half_life_s: float) -> float:
     return value * 0.5 ** (max(0.0, elapsed_s) / half_life_s)
 
 
+def sent_work(uncached: int, w: RoutingWeights) -> float:
+    """What a request adds to its backend's recent work: one request plus its uncached prompt tokens in
+    requests' worth, as the load score counts them."""
+    return 1.0 + (uncached / w.prefill_unit_tokens if w.prefill_unit_tokens else 0.0)
+
+
 def uncached_tokens(prompt_tokens: int, held: float) -> int:
     """The prompt tokens an engine likely has to prefill for a request, given the share (0..1) of its prompt
     blocks the engine likely holds."""
@@ -106,15 +114,15 @@ def pick(backends: Sequence[BackendLoad], rng: random.Random, weights: RoutingWe
     if len(candidates) <= 1:
         return candidates[0] if candidates else None
     a, b = rng.sample(candidates, 2)
-    return b if (load_score(b, weights), b.recent_tokens) < (load_score(a, weights), a.recent_tokens) else a
+    return b if (load_score(b, weights), b.recent_work) < (load_score(a, weights), a.recent_work) else a
 
 
-def within_cap(b: BackendLoad, pool: Sequence[BackendLoad], p: PrefixPolicy) -> bool:
-    """Whether `b` may take one more request for its cache: its count after stays within the cap of the mean
-    after, or it is the least loaded."""
-    loads = [requests_at(x) for x in pool]
-    mine = requests_at(b)
-    return mine + 1 <= p.load_cap * (sum(loads) + 1) / len(loads) + p.load_slack or mine <= min(loads)
+def within_cap(b: BackendLoad, pool: Sequence[BackendLoad], p: PrefixPolicy, work: float = 1.0) -> bool:
+    """Whether `b` may take a request of `work` (sent_work) for its cache: its recent work after stays within
+    the cap of the pool's mean after, or it has the least."""
+    loads = [x.recent_work for x in pool]
+    return (b.recent_work + work <= p.load_cap * (sum(loads) + work) / len(loads) + p.load_slack
+            or b.recent_work <= min(loads))
 
 
 def prefix_score(b: BackendLoad, gain: float, w: RoutingWeights, p: PrefixPolicy, prompt_tokens: int = 0) -> float:
@@ -141,9 +149,10 @@ def pick_prefix(backends: Sequence[BackendLoad], hits: Mapping[str, float], rng:
     gains = prefix_gains(candidates, hits, policy)
     if not any(gains.values()):
         return pick(candidates, rng, weights)
-    allowed = [b for b in candidates if within_cap(b, candidates, policy)]
+    work = {b.id: sent_work(uncached_tokens(prompt_tokens, hits.get(b.id, 0.0)), weights) for b in candidates}
+    allowed = [b for b in candidates if within_cap(b, candidates, policy, work[b.id])]
     return min(rng.sample(allowed, len(allowed)),
-               key=lambda b: (prefix_score(b, gains[b.id], weights, policy, prompt_tokens), b.recent_tokens))
+               key=lambda b: (prefix_score(b, gains[b.id], weights, policy, prompt_tokens), b.recent_work))
 
 
 def estimate_waiting(scraped_waiting: float, in_flight_now: int, in_flight_at_scrape: int,

@@ -27,7 +27,16 @@ from floodway.operator.autoscaler.policy import ScalerState
 from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals, signals_between
 from floodway.operator.controller.scaling import instant_signals
 from floodway.operator.gateway import overflow as ov
-from floodway.operator.gateway.routing import BackendLoad, PrefixPolicy, RoutingWeights, pick_prefix, prefix_gains
+from floodway.operator.gateway.routing import (
+    BackendLoad,
+    PrefixPolicy,
+    RoutingWeights,
+    decayed,
+    pick_prefix,
+    prefix_gains,
+    sent_work,
+    uncached_tokens,
+)
 from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
 from floodway.operator.simulator.traces import Request
 
@@ -79,6 +88,8 @@ class Slot:
     tpot: dict = field(default_factory=lambda: dict.fromkeys((*ITL_BUCKETS, math.inf), 0))
     finished: int = 0
     prompt_tokens: int = 0
+    recent_work: float = 0.0  # the gateway's work sent here (routing.sent_work), decayed to recent_at
+    recent_at: float = 0.0
 
     def observe(self, r: SimRequest) -> None:
         _observe(self.ttft, r.first_token_s - r.arrival_s)
@@ -170,19 +181,24 @@ class Simulation:
     def _pick(ready: list[Slot]) -> Slot:
         return min(ready, key=lambda s: s.replica.running + s.replica.waiting)
 
-    def _route(self, r: SimRequest) -> Slot:
+    def _route(self, r: SimRequest, t: float) -> Slot:
         """The gateway's pick: the prefix-aware one when configured and some replica holds more of the request's
-        prefix than another (routing.prefix_gains), else the least loaded."""
-        ready = self._routable()
-        if self.cfg.prefix == "prefix" and r.blocks:
-            hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)}
-            loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage,
-                                 sum(q.left for q in (*s.replica.prefilling, *s.replica.queue)))  # prefill work
-                     for i, s in enumerate(ready)]
-            if any(prefix_gains(loads, hits, self.cfg.prefix_policy).values()):
-                return ready[int(pick_prefix(loads, hits, self.rng, RoutingWeights(), self.cfg.prefix_policy,
-                                             prompt_tokens=r.prompt).id)]
-        return self._pick(ready)
+        prefix than another (routing.prefix_gains), else the least loaded; the chosen one's recent work grows as
+        the gateway's does."""
+        ready, weights = self._routable(), RoutingWeights()
+        recent = [decayed(s.recent_work, t - s.recent_at, weights.recent_half_life_s) for s in ready]
+        hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)} \
+            if self.cfg.prefix == "prefix" and r.blocks else {}
+        loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage,
+                             sum(q.left for q in (*s.replica.prefilling, *s.replica.queue)), recent[i])  # prefill work
+                 for i, s in enumerate(ready)] if hits else []
+        if any(prefix_gains(loads, hits, self.cfg.prefix_policy).values()):
+            i = int(pick_prefix(loads, hits, self.rng, weights, self.cfg.prefix_policy, prompt_tokens=r.prompt).id)
+        else:
+            i = ready.index(self._pick(ready))
+        ready[i].recent_work = recent[i] + sent_work(uncached_tokens(r.prompt, hits.get(str(i), 0.0)), weights)
+        ready[i].recent_at = t
+        return ready[i]
 
     def _pool(self, r: SimRequest) -> ov.PoolState:
         ready = self._routable()
@@ -206,7 +222,7 @@ class Simulation:
         info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
         d = ov.overflow_decision(self._pool(r), pol, info, t)
         if d.target == "local":
-            best = self._route(r)
+            best = self._route(r, t)
             r.where = "local"
             if not best.replica.fits(r):
                 r.where = "rejected"

@@ -289,10 +289,10 @@ class RoutingSpec(SpecModel):
     prefix_weight: float = Field(PrefixPolicy.weight, ge=0)
     """Score a whole-prompt prefix hit is worth, in queued requests."""
     prefix_load_cap: float = Field(PrefixPolicy.load_cap, ge=1)
-    """An engine takes a request for its cache only while its requests stay within this multiple of the pool's
-    mean, plus prefixLoadSlack."""
+    """An engine takes a request for its cache only while the work sent there lately (requests and their
+    uncached prompt tokens) stays within this multiple of the pool's mean, plus prefixLoadSlack."""
     prefix_load_slack: float = Field(PrefixPolicy.load_slack, ge=0)
-    """Requests an engine may take for its cache beyond prefixLoadCap times the pool's mean."""
+    """Requests' worth of work an engine may take for its cache beyond prefixLoadCap times the pool's mean."""
     prefix_min_gain: float = Field(PrefixPolicy.min_gain, ge=0, le=1)
     """Share of the prompt an engine must hold beyond what every engine holds to be preferred for it."""
     prefill_unit_tokens: float = Field(RoutingWeights.prefill_unit_tokens, ge=0)

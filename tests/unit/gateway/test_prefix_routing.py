@@ -2,6 +2,7 @@
 capacity, backends coming and going) and the request keys."""
 
 import random
+from dataclasses import replace
 
 import pytest
 from floodway.operator.gateway.backends import BackendTable, parse_engine_load
@@ -14,6 +15,7 @@ from floodway.operator.gateway.routing import (
     pick,
     pick_prefix,
     prefix_gains,
+    sent_work,
     uncached_tokens,
     within_cap,
 )
@@ -24,7 +26,8 @@ W, P = RoutingWeights(), PrefixPolicy(weight=4.0, load_cap=1.25, load_slack=1.0,
 
 
 def pool(*loads: int) -> list[BackendLoad]:
-    return [BackendLoad(str(i), True, in_flight=n) for i, n in enumerate(loads)]
+    """Backends with `n` requests in flight each, and as many sent lately (their recent work)."""
+    return [BackendLoad(str(i), True, in_flight=n, recent_work=n) for i, n in enumerate(loads)]
 
 
 def test_the_holder_wins_over_a_less_loaded_backend_within_the_cap():
@@ -35,16 +38,20 @@ def test_the_holder_wins_over_a_less_loaded_backend_within_the_cap():
 
 
 def test_a_hot_prefix_does_not_pile_onto_its_holder():
-    """Every request of one prefix, nothing finishing: the holder takes them only up to the cap, then the
-    others share the rest, and the spread stays within cap x mean + slack."""
-    backends = pool(0, 0, 0, 0)
+    """Every request of one prefix (a long conversation's turns, one at a time: nothing stays in flight): the
+    holder takes them only up to the cap on recent work, then the others share the rest. Work, not requests: the
+    holder's turns cost it 1 each (all cached), elsewhere 2 (a prompt of 512 uncached tokens), so it serves more
+    requests than the mean but no more work than cap x mean + slack."""
+    backends, served = pool(0, 0, 0, 0), dict.fromkeys("0123", 0)
     for _ in range(40):
         hits = {b.id: 1.0 for b in backends if b.id == "0"}
-        chosen = pick_prefix(backends, hits, random.Random(0), W, P)
-        backends = [BackendLoad(b.id, True, in_flight=b.in_flight + (b.id == chosen.id)) for b in backends]
-    loads = [b.in_flight for b in backends]
-    assert max(loads) > min(loads)  # affinity did act
-    assert max(loads) <= P.load_cap * sum(loads) / len(loads) + P.load_slack
+        chosen = pick_prefix(backends, hits, random.Random(0), W, P, prompt_tokens=512)
+        served[chosen.id] += 1
+        backends = [replace(b, recent_work=b.recent_work + sent_work(0 if b.id == "0" else 512, W))
+                    if b.id == chosen.id else b for b in backends]
+    assert served["0"] > max(served["1"], served["2"], served["3"])  # affinity did act
+    work = [b.recent_work for b in backends]
+    assert max(work) == work[0] <= P.load_cap * sum(work) / len(work) + P.load_slack
 
 
 def test_a_prefix_every_backend_holds_is_no_reason_and_ties_are_drawn():
@@ -72,13 +79,16 @@ def test_a_small_gain_is_no_reason_so_an_engine_without_a_short_shared_prefix_st
     assert pick_prefix(idle, {"0": 0.1}, random.Random(0), W, shipped).id == "0"
 
 
-def test_the_shipped_cap_is_1_5_x_the_mean_plus_2():
-    """The offline replay (test_prefix_replay.py) chose it: 1.25 x mean + 1 sent conversations' later turns away
-    from their holder, a holder 2 above an even pool of 4 already past it."""
+def test_the_shipped_cap_is_1_3_x_the_mean_recent_work_plus_1():
+    """The offline replay (test_prefix_replay.py) chose it; a request's work is 1 plus its uncached prompt tokens
+    in units of prefill_unit_tokens."""
     shipped = PrefixPolicy()
-    assert within_cap(pool(6, 4, 4, 4)[0], pool(6, 4, 4, 4), shipped)  # 7 <= 1.5 * 19/4 + 2
+    assert within_cap(pool(6, 4, 4, 4)[0], pool(6, 4, 4, 4), shipped)  # 7 <= 1.3 * 19/4 + 1
     assert not within_cap(pool(6, 4, 4, 4)[0], pool(6, 4, 4, 4), P)  # 7 > 1.25 * 19/4 + 1
-    assert not within_cap(pool(10, 4, 4, 4)[0], pool(10, 4, 4, 4), shipped)  # 11 > 1.5 * 23/4 + 2
+    assert not within_cap(pool(6, 4, 4, 4)[0], pool(6, 4, 4, 4), shipped, work=3.0)  # 9 > 1.3 * 21/4 + 1
+    assert not within_cap(pool(8, 4, 4, 4)[0], pool(8, 4, 4, 4), shipped)  # 9 > 1.3 * 21/4 + 1
+    assert sent_work(0, W) == 1.0 and sent_work(1024, W) == 3.0 and sent_work(1024, RoutingWeights(
+        prefill_unit_tokens=0.0)) == 1.0
 
 
 def test_cap_always_admits_the_least_loaded():
@@ -113,7 +123,7 @@ def test_backends_start_empty_and_lose_their_entries_when_they_leave_or_turn_unr
     keys = request_keys({"prompt": "x" * BLOCK_CHARS * 3})
     first = table.pick(frozenset(), keys)
     assert table.index.matched(first.id, keys) == 3
-    assert all(table.pick(frozenset(), keys).id == first.id for _ in range(5))  # in_flight unchanged: no cap
+    assert table.pick(frozenset(), keys).id == first.id  # within the cap: 2 <= 1.25 * 2/2 + 1
     other = ({"a", "b"} - {first.id}).pop()
     table.mark_unready(first.id)
     assert table.index.size(first.id) == 0
@@ -161,7 +171,7 @@ def test_prefill_work_in_flight_counts_so_a_first_turn_avoids_the_engine_busy_wi
 def test_a_holder_keeps_its_turns_until_its_prefill_backlog_outweighs_the_hit():
     """A whole-prompt hit is worth prefix_weight (4) requests; the holder's backlog in units of 512 tokens adds to
     its score, so past about 4 units of work ahead a turn goes to an idle engine (which then learns the prefix).
-    The cap counts requests, not work: here it admits both."""
+    The cap reads the work sent lately, none here: it admits both."""
     idle = BackendLoad("1", True)
     light, heavy = BackendLoad("0", True, 1, prefill_tokens=2 * 512), BackendLoad("0", True, 1, prefill_tokens=6 * 512)
     assert pick_prefix([light, idle], {"0": 1.0}, random.Random(0), W, P).id == "0"  # 1 + 2 - 4 < 0
@@ -170,9 +180,9 @@ def test_a_holder_keeps_its_turns_until_its_prefill_backlog_outweighs_the_hit():
 
 
 def test_equal_scores_go_to_the_engine_that_got_the_least_work_lately():
-    """Idle engines tie on load: the one sent fewer prefill tokens lately wins, not a random one (at random the
+    """Idle engines tie on load: the one sent less work lately wins, not a random one (at random the prefill
     work each engine did spread 1.47x the mean on the replayed bench workload at light load)."""
-    engines = [BackendLoad(str(i), True, recent_tokens=t) for i, t in enumerate([900.0, 300.0, 1200.0, 600.0])]
+    engines = [BackendLoad(str(i), True, recent_work=w) for i, w in enumerate([1.8, 0.6, 2.4, 1.2])]
     assert {pick_prefix(engines, {}, random.Random(seed), W, P).id for seed in range(20)} == {"0", "1", "3"}  # of 2
     assert {pick_prefix(engines[:2], {"0": 0.05}, random.Random(seed), W, PrefixPolicy()).id
             for seed in range(20)} == {"1"}  # a gain under min_gain: load only
@@ -193,14 +203,14 @@ def test_the_table_counts_the_uncached_tokens_it_sends_each_backend():
         b.ready = True
     first_a, first_b = "x" * BLOCK_CHARS * 4, "y" * BLOCK_CHARS * 4
     one, sent = table.route(frozenset(), request_keys({"prompt": first_a}), 64)
-    assert sent == 64 and one.recent_tokens == 64 and one.recent_at == 100.0
+    assert sent == 64 and one.recent_work == 1 + 64 / 512 and one.recent_at == 100.0
     now[0] = 130.0
     two, sent = table.route(frozenset(), request_keys({"prompt": first_b}), 64)
     assert two.id != one.id and sent == 64
     again, sent = table.route(frozenset(), request_keys({"prompt": first_a + "z" * BLOCK_CHARS * 4}), 128)
     assert again.id == one.id and sent == 64  # holds 4 of its 8 blocks
-    assert one.recent_tokens == pytest.approx(64 / 2 + 64)  # decayed one half-life, then the new ones
-    assert one.load(12.0).recent_tokens == 12.0
+    assert one.recent_work == pytest.approx((1 + 64 / 512) / 2 + 1 + 64 / 512)  # decayed a half-life, then the new
+    assert one.load(12.0).recent_work == 12.0
 
 
 def test_an_inference_service_sets_the_routing_knobs_its_gateway_reads():
