@@ -1,10 +1,14 @@
 """Loads a transformers causal LM and runs one packed forward per step with our paged attention: in our own decoder
 where the architecture has one (engine/models/llama.py), else in transformers' modules."""
 
+import logging
+
 import torch
 from floodway.engine import attention, cuda_graphs, kv_cache, packed_linear, step_inputs
 from floodway.engine.config import EngineConfig
 from floodway.engine.step_inputs import SeqInput
+
+log = logging.getLogger("floodway.engine")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -33,12 +37,18 @@ class ModelRunner:
         model.to(self.device).eval()
         hf = model.config
         self.max_model_len = _max_model_len(cfg, hf)
-        if cfg.model_impl == "auto" and llama.supports(model):
+        ours = cfg.model_impl == "auto" and llama.supports(model)
+        if ours:
             model = llama.LlamaDecoder(model, self.max_model_len)  # takes over the weights, frees the unmerged ones
-            if cfg.compile_decode and self.device.type == "cpu":  # CUDA decode steps replay CUDA graphs instead
-                model.compile_decode()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()  # the KV budget reads free memory
+        if cfg.compile_decode:  # CUDA decode steps replay CUDA graphs instead
+            if ours and self.device.type == "cpu":
+                model.compile_decode()
+            else:
+                log.warning("--compile-decode ignored: it compiles our own decoder on CPU, and this engine runs %s "
+                            "on %s", "our decoder" if ours else f"transformers' {type(model).__name__}",
+                            self.device.type)
         self.model = model
         if packed_linear.supported(self.device, self.dtype):
             packed_linear.pack(self.model)

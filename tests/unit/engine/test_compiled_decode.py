@@ -39,3 +39,17 @@ def test_compiled_decode_steps_give_the_eager_logits(tiny_model_path, dtype):
         assert ran_compiled == (step is not prefill)
         torch.testing.assert_close(got, want, **tol)
         assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+def test_compile_decode_with_transformers_modules_says_it_does_nothing(tiny_model_path, caplog):
+    """--compile-decode compiles our decoder only: with --model-impl transformers the engine says so at startup
+    instead of running eager in silence."""
+    from floodway.engine.config import EngineConfig
+    from floodway.engine.model_runner import ModelRunner
+
+    cfg = EngineConfig(model=tiny_model_path, max_model_len=64, num_kv_blocks=16, block_size=4,
+                       model_impl="transformers", compile_decode=True)
+    with caplog.at_level("WARNING", logger="floodway.engine"):
+        runner = ModelRunner(cfg)
+    assert not isinstance(runner.model, llama.LlamaDecoder)
+    assert "--compile-decode ignored" in caplog.text and "transformers' LlamaForCausalLM" in caplog.text
