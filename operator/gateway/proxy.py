@@ -4,7 +4,8 @@ A request is retried (on another local backend, or on the overflow API per the r
 has reached the client: a non-streaming answer is read whole before it is returned, a streaming one
 only after its first chunk arrived. After that, a failing backend ends the stream with an error event.
 Chunks are forwarded as they arrive (no buffering). The response header `x-floodway-backend` names the
-backend that served (a local backend id or `overflow`).
+backend that served (a local backend id or `overflow`), `x-floodway-gateway` the gateway that routed it (its
+host name: the pod's name in a cluster, where each gateway replica keeps its own prefix index).
 
 Requests to local engines go through the lean keep-alive client in upstream.py (the hot path); requests
 to the overflow API through an aiohttp session (any server on the internet).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import time
 from dataclasses import replace
 
@@ -53,6 +55,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 log = logging.getLogger("floodway.gateway")
 
 BACKEND_HEADER = "x-floodway-backend"
+GATEWAY_HEADER = "x-floodway-gateway"
+_GATEWAY = socket.gethostname()
 # A local backend answering these is failing or full: the request is retried elsewhere. Any other answer
 # (a 4xx, a 500 that carries an error body) is the request's own error, relayed as is.
 _RETRYABLE = {429, 502, 503, 504}
@@ -71,7 +75,8 @@ class Reply:
         self.body, self.status_code = body, status
         self.raw_headers = [(b"content-type", content_type.encode("latin-1")),
                             (b"content-length", str(len(body)).encode()),
-                            (BACKEND_HEADER.encode(), backend_id.encode("latin-1"))]
+                            (BACKEND_HEADER.encode(), backend_id.encode("latin-1")),
+                            (GATEWAY_HEADER.encode(), _GATEWAY.encode("latin-1"))]
 
     async def __call__(self, scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
@@ -309,7 +314,8 @@ class Gateway:
                 content = self.api_key.scrub(content.decode(errors="replace")).encode()
             return Reply(content, response.status, backend_id, response.content_type)
         return StreamingResponse(self._relay(content, response, backend_id, done), response.status,
-                                 headers={BACKEND_HEADER: backend_id, "content-type": response.content_type})
+                                 headers={BACKEND_HEADER: backend_id, GATEWAY_HEADER: _GATEWAY,
+                                          "content-type": response.content_type})
 
     async def _relay(self, first: bytes, response: EngineResponse | RemoteResponse, backend_id: str, done):
         outcome = "stream_error"

@@ -1,10 +1,11 @@
-"""The proxy with real processes: streaming passthrough and the backend header, errors in OpenAI shape,
+"""The proxy with real processes: streaming passthrough and the backend and gateway headers, errors in OpenAI shape,
 client auth, an engine killed mid-run, and no ready backend (overflow for scale-from-zero, or 429)."""
 
 import asyncio
 import json
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -30,6 +31,7 @@ def test_streams_pass_through_with_backend_header(engines, gateway):
     arrivals = []
     with httpx.stream("POST", gw.url + "/v1/completions", json=body, timeout=120) as r:
         assert r.status_code == 200 and r.headers["x-floodway-backend"] == local_a.url
+        assert r.headers["x-floodway-gateway"] == socket.gethostname()  # the replica that routed it
         assert r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
             if line.startswith("data: "):
@@ -44,6 +46,7 @@ def test_streams_pass_through_with_backend_header(engines, gateway):
     plain = httpx.post(gw.url + "/v1/chat/completions", timeout=120, json={
         "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert plain.status_code == 200 and plain.json()["object"] == "chat.completion"
+    assert plain.headers["x-floodway-gateway"] == socket.gethostname()
     assert httpx.get(gw.url + "/v1/models").json()["data"][0]["id"] == MODEL
 
 
