@@ -10,7 +10,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from floodway.engine.bench.report import quantile
+from floodway.operator.stats import quantile
 
 QUESTIONS = [
     "What is the capital of France?", "Write a haiku about the sea.", "Explain gravity to a child.",

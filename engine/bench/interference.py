@@ -10,9 +10,9 @@ import random
 import statistics
 import time
 
-from floodway.engine.bench.report import quantile
 from floodway.engine.prefill_budget import StepTimes
 from floodway.engine.sampling_params import SamplingParams
+from floodway.operator.stats import quantile
 
 
 def run_once(engine, tpot_slo_ms: float, decoders: int, decode_tokens: int, long_prompts: int, long_len: int,

@@ -3,14 +3,6 @@
 from floodway.engine.bench.systems import RunResult
 
 
-def quantile(values: list[float], q: float) -> float:
-    """The nearest-rank q-quantile of values; NaN when there are none."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def render(workload_desc: str, model: str, results: list[RunResult]) -> str:
     ours = results[0]
     lines = [f"model: {model}", f"workload: {workload_desc}", "",

@@ -20,11 +20,7 @@ import yaml
 from floodway.operator import procs
 from floodway.operator.gateway.backends import parse_engine_load
 from floodway.operator.gateway.loadgen import send_at_rate
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+from floodway.operator.stats import quantile
 
 
 def _summary(results: list, expected: int) -> dict:
@@ -32,7 +28,7 @@ def _summary(results: list, expected: int) -> dict:
     latencies = [r.latency for r in ok]
     elapsed = max(r.done_at for r in results) - min(r.sent_at for r in results)
     return {"sent": len(results), "ok": len(ok), "failed": len(results) - len(ok), "throughput": len(ok) / elapsed,
-            "p50": _percentile(latencies, 0.5), "p99": _percentile(latencies, 0.99)}
+            "p50": quantile(latencies, 0.5), "p99": quantile(latencies, 0.99)}
 
 
 async def _paired(engine_url: str, gateway_url: str, body: dict, expected: int, rate: float,
@@ -94,8 +90,8 @@ def _compare(engine: procs.Proc, gateway: procs.Proc, workload: str, body: dict,
             _row("direct", direct), _row("via gateway", via),
             f"{'difference':<18} {'':>6} {'':>6} {'':>6} {via['throughput'] / direct['throughput']:>7.2f}x "
             f"{(via['p50'] - direct['p50']) * 1000:>9.2f} {(via['p99'] - direct['p99']) * 1000:>9.2f}",
-            f"{'added, paired':<18} {len(added):>6} {'':>6} {'':>6} {'':>8} {_percentile(added, 0.5) * 1000:>9.2f} "
-            f"{_percentile(added, 0.99) * 1000:>9.2f}",
+            f"{'added, paired':<18} {len(added):>6} {'':>6} {'':>6} {'':>8} {quantile(added, 0.5) * 1000:>9.2f} "
+            f"{quantile(added, 0.99) * 1000:>9.2f}",
             f"gateway in-process (received -> sent upstream): p50 <= {_bucket_quantile(before, after, 0.5) * 1000:.2f}"
             f" ms, p99 <= {_bucket_quantile(before, after, 0.99) * 1000:.2f} ms (bucket bounds); gateway CPU "
             f"{cpu:.2f} s over {time.monotonic() - started:.1f} s, {cpu / via['sent'] * 1000:.2f} ms per request "

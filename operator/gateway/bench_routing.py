@@ -35,10 +35,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import yaml
 from floodway.operator import procs
-from floodway.operator.gateway.bench import _percentile, _wait_idle
+from floodway.operator.gateway.bench import _wait_idle
 from floodway.operator.gateway.loadgen import send_each_at_rate
 from floodway.operator.gateway.prefix_index import BLOCK_TOKENS, request_keys
 from floodway.operator.simulator.traces import open_trace, resolve_trace
+from floodway.operator.stats import quantile
 
 BLOCK_WORDS = 16  # one trace block: 16 single-token words, one engine block at the default block size
 ENGINE_BLOCK = BLOCK_TOKENS  # the engines' block size, as the gateway's token-id keys
@@ -182,8 +183,8 @@ def _summary(engines: list[procs.Proc], before: list[tuple[float, float]], resul
     later = [r.first_byte_at - r.sent_at for r in ok if not first[r.index]]
     served = Counter(r.backend for r in ok)
     return {"sent": len(results), "ok": len(ok), "hit": sum(hits) / sum(queries) if sum(queries) else 0.0,
-            "queries": sum(queries), "p50": _percentile(ttft, 0.5), "p99": _percentile(ttft, 0.99),
-            "later_p50": _percentile(later, 0.5),
+            "queries": sum(queries), "p50": quantile(ttft, 0.5), "p99": quantile(ttft, 0.99),
+            "later_p50": quantile(later, 0.5),
             "req_spread": spread([served.get(e.url, 0) for e in engines]),
             "prefill_spread": spread([q - h for q, h in zip(queries, hits, strict=True)])}
 

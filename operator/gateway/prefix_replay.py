@@ -50,6 +50,7 @@ from floodway.operator.gateway.routing import (
     sent_work,
     uncached_tokens,
 )
+from floodway.operator.stats import quantile
 
 CAUSES = ("elsewhere", "in flight", "evicted")
 
@@ -220,10 +221,6 @@ def routers() -> list[Router]:
             Router("no cap", replace(shipped, load_cap=float("inf")))]
 
 
-def median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def ttft_at_bound(prompts: list[list[int]], shape: EngineShape) -> list[float]:
     """Each request's TTFT on an idle engine holding all the single-engine bound holds: its uncached tokens in
     chunks of the step's token budget, the last chunk's step sampling the first token. No router does better on
@@ -256,8 +253,9 @@ def report(engines: int, conversations_n: int, rate: float, shape: EngineShape, 
             runs = [replay(prompts, texts, rate, engines, replace(shape, step_s=step), router, seed)
                     for seed in range(seeds)]
             hit = sum(r.hit_rate for r in runs) / seeds
-            p50 = sum(median(r.ttft) for r in runs) / seeds
-            later = sum(median([x for x, f in zip(r.ttft, first, strict=True) if not f]) for r in runs) / seeds
+            p50 = sum(quantile(r.ttft, 0.5) for r in runs) / seeds
+            later = sum(quantile([x for x, f in zip(r.ttft, first, strict=True) if not f], 0.5)
+                        for r in runs) / seeds
             base = base or p50
             req = sum(spread([r.served[e] for e in range(engines)]) for r in runs) / seeds
             work = sum(spread([r.prefill[e] for e in range(engines)]) for r in runs) / seeds
@@ -265,8 +263,8 @@ def report(engines: int, conversations_n: int, rate: float, shape: EngineShape, 
             out.append(f"{step:>4g}s {router.name:<16} {hit:>8.1%} {hit / bound:>8.1%} {p50:>8.2f}s "
                        f"{p50 / base:>6.2f} {later:>6.2f}s {req:>12.2f} {work:>16.2f}  {lost}")
         best = ttft_at_bound(prompts, replace(shape, step_s=step))
-        later = median([x for x, f in zip(best, first, strict=True) if not f])
-        out.append(f"{step:>4g}s {'at the bound':<16} {'':>8} {'':>8} {median(best):>8.2f}s "
-                   f"{median(best) / base:>6.2f} {later:>6.2f}s"
+        later = quantile([x for x, f in zip(best, first, strict=True) if not f], 0.5)
+        out.append(f"{step:>4g}s {'at the bound':<16} {'':>8} {'':>8} {quantile(best, 0.5):>8.2f}s "
+                   f"{quantile(best, 0.5) / base:>6.2f} {later:>6.2f}s"
                    "   (idle engines holding all the single-engine bound holds: the best TTFT without queueing)")
     return "\n".join(out)

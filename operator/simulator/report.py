@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 from floodway.operator.simulator.des import SimResult
+from floodway.operator.stats import quantile
 
 
 @dataclass(frozen=True)
@@ -19,13 +20,6 @@ class Summary:
     scale_events: int
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    i = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[i]
-
-
 def summarize(res: SimResult) -> Summary:
     cfg = res.config
     met, ttfts, overflow, rejected = 0, [], 0, 0
@@ -38,10 +32,9 @@ def summarize(res: SimResult) -> Summary:
         ttfts.append(ttft)
         tpot = (r.finish_s - r.first_token_s) / (r.output - 1) if r.output > 1 else 0.0
         met += ttft <= cfg.ttft_slo_s and tpot <= cfg.tpot_slo_s
-    ttfts.sort()
     n = len(res.requests)
-    return Summary(res.name, n, met / n, met / max(res.duration_s, 1e-9), _quantile(ttfts, 0.5),
-                   _quantile(ttfts, 0.99), res.replica_hours, overflow / n, rejected, res.scale_events)
+    return Summary(res.name, n, met / n, met / max(res.duration_s, 1e-9), quantile(ttfts, 0.5),
+                   quantile(ttfts, 0.99), res.replica_hours, overflow / n, rejected, res.scale_events)
 
 
 HEADER = ("policy", "SLO attainment", "goodput req/s", "TTFT p50 s", "TTFT p99 s", "replica-hours",
