@@ -125,6 +125,18 @@ def test_kv_pressure_scales_up():
     assert d.replicas == 3 and "KV" in d.reason
 
 
+def test_kv_pressure_counts_its_average_over_the_scale_up_window():
+    # A tick of long prompts filling the cache (1.9 of 2 replicas) among ticks at 1.2 is gone before a replica
+    # starts: the window's average (1.3) fits two at kv_target. KV held there scales up.
+    low = sig(2, running=4, attainment=1.0, kv_usage=(0.6, 0.6))
+    state = run(P, ScalerState(2), lambda t, n: low, 0, 50)[-1].state
+    spike = decide(state, sig(2, running=4, attainment=1.0, kv_usage=(0.95, 0.95)), P, 55)
+    assert spike.replicas == 2
+    held = run(P, spike.state, lambda t, n: sig(2, running=4, attainment=1.0, kv_usage=(0.95, 0.95)), 60, 120)
+    up = next(d for d in held if d.replicas == 3)
+    assert "KV" in up.reason and up is not held[0]
+
+
 def test_overflow_counts_as_demand():
     # 2 req/s overflowed at ~10 s each is ~20 requests in flight elsewhere: two more replicas' worth.
     s = sig(2, running=18, attainment=1.0, finished_rate=1.8, overflow_rate=2.0)
