@@ -77,8 +77,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 if unknown:
                     raise ValueError(f"not in the family: {sorted(unknown)}; choose from {', '.join(sw.FAMILY)}")
                 typer.echo(sw.HEADER)
+                done = []
                 for row in sw.rows(opts, range(seeds), family):
                     typer.echo(sw.render(row))  # row by row: a sweep takes minutes
+                    done.append(row)
+                typer.echo("\n" + sw.tally(done))
                 return
             out = run_cli(opts)
         except (ValueError, FileNotFoundError) as e:

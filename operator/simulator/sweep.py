@@ -38,6 +38,31 @@ class Row:
                 out.append(f"vs {name}")
         return out
 
+    def infeasible(self) -> dict[str, str]:
+        """The "vs baseline" targets no policy can meet together with the others, and why: a baseline that ran on
+        fewer replica-hours than the bound (no schedule reaches 99% with <= 5% overflow on fewer), or one at 100%
+        (nothing attains better; a tie needs every request within the SLO)."""
+        out = {}
+        for name, b in self.baselines.items():
+            if self.bound_hours is not None and b.replica_hours < self.bound_hours:
+                out[f"vs {name}"] = f"{name} {b.replica_hours:.2f} h < bound {self.bound_hours:.2f} h"
+            elif b.attainment >= 1.0:
+                out[f"vs {name}"] = f"{name} at 100%"
+        return out
+
+    def dominated_by(self) -> list[str]:
+        """Baselines Pareto-better than ours: at least our attainment on at most our replica-hours."""
+        o = self.ours
+        return [name for name, b in self.baselines.items()
+                if b.attainment >= o.attainment and b.replica_hours <= o.replica_hours]
+
+    def verdict(self) -> str:
+        """The targets column: "yes", or each miss, a jointly infeasible one with its reason."""
+        why = self.infeasible()
+        misses = [f"{m} (jointly infeasible: {why[m]})" if m in why else m for m in self.misses()]
+        pareto = [f"Pareto-dominated by {name}" for name in self.dominated_by()]
+        return "yes" if not misses and not pareto else "no: " + ", ".join(misses + pareto)
+
 
 def static_within_budget(trace, cfg, bound_hours: float | None) -> tuple[int, Summary] | None:
     """The largest static pool (warm from the start, with overflow) that costs at most BOUND_FACTOR x the bound's
@@ -72,10 +97,26 @@ def render(row: Row) -> str:
     base = " | ".join(f"{b.attainment:.1%} / {b.replica_hours:.2f}" for b in row.baselines.values())
     static = f"{row.static[0]}: {row.static[1].attainment:.1%} / {row.static[1].overflow_share:.1%}" \
         if row.static else "-"
-    misses = row.misses()
     return (f"| {row.scenario} | {row.seed} | {row.requests} | {o.attainment:.2%} | {o.overflow_share:.1%} | "
             f"{o.replica_hours:.2f} | {row.bound_hours or float('nan'):.2f} | {ratio} | {base} | {static} | "
-            f"{'yes' if not misses else 'no: ' + ', '.join(misses)} |")
+            f"{row.verdict()} |")
+
+
+def tally(rows: list[Row]) -> str:
+    """How many rows meet every target, how many every jointly feasible one, and which targets are infeasible
+    where."""
+    def names(rs):
+        return ", ".join(f"{r.scenario} {r.seed}" for r in rs) or "none"
+    every = [r for r in rows if not r.misses()]
+    feasible = [r for r in rows if set(r.misses()) <= set(r.infeasible())]
+    blocked = [r for r in rows if r.infeasible()]
+    dominated = [r for r in rows if r.dominated_by()]
+    return "\n".join([
+        f"every target: {len(every)} of {len(rows)} rows ({names(every)})",
+        f"every jointly feasible target: {len(feasible)} of {len(rows)} rows ({names(feasible)})",
+        f"a target jointly infeasible: {len(blocked)} of {len(rows)} rows ("
+        + ("; ".join(f"{r.scenario} {r.seed}: {', '.join(r.infeasible())}" for r in blocked) or "none") + ")",
+        f"a baseline Pareto-better than ours: {len(dominated)} of {len(rows)} rows ({names(dominated)})"])
 
 
 HEADER = ("| scenario | seed | requests | attainment | overflow | replica-hours | bound | vs bound | "

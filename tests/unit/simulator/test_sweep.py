@@ -32,3 +32,31 @@ def test_the_static_pool_within_budget_is_the_largest_the_bound_factor_pays_for(
     assert static_within_budget(tr, cfg, 0.5 * hours_each) is None and static_within_budget(tr, cfg, None) is None
     row = Row("steps", 0, len(tr), s, 3.1 * hours_each, {}, (n, s))
     assert f"| 3: {s.attainment:.1%} / {s.overflow_share:.1%} |" in render(row)
+
+
+
+def test_a_baseline_target_no_policy_can_meet_with_the_others_is_named_jointly_infeasible():
+    from floodway.operator.simulator.sweep import tally
+
+    ours = summary("ours", 0.996, 1.6, 0.03)
+    cheap = summary("kpa", 0.66, 0.61)  # fewer hours than any schedule meeting 99% with <= 5% overflow
+    perfect = summary("hpa", 1.0, 3.0)  # nothing attains better than 100%
+    fair = summary("keda", 0.999, 1.7)  # feasible: ours misses it on attainment
+    row = Row("spiky", 2, 100, ours, 1.53, {"hpa": perfect, "keda": fair, "kpa": cheap})
+    assert row.misses() == ["vs hpa", "vs keda", "vs kpa"]
+    assert row.infeasible() == {"vs hpa": "hpa at 100%", "vs kpa": "kpa 0.61 h < bound 1.53 h"}
+    assert row.verdict() == ("no: vs hpa (jointly infeasible: hpa at 100%), vs keda, "
+                             "vs kpa (jointly infeasible: kpa 0.61 h < bound 1.53 h)")
+    assert row.dominated_by() == []
+    only_infeasible = Row("spiky", 3, 100, ours, 1.53, {"hpa": perfect, "kpa": cheap})
+    met = Row("long-output", 0, 100, summary("ours", 1.0, 1.0), 1.0, {"hpa": summary("hpa", 1.0, 3.5)})
+    assert met.misses() == [] and met.verdict() == "yes"  # a tie at 100% counts as met
+    dominated = Row("diurnal", 0, 100, summary("ours", 0.99, 0.6), 0.5, {"kpa": summary("kpa", 0.995, 0.55)})
+    assert dominated.dominated_by() == ["kpa"] and dominated.verdict().endswith("Pareto-dominated by kpa")
+    assert Row("x", 0, 1, ours, None, {"kpa": cheap}).infeasible() == {}  # no bound: only the 100% rule tells
+    lines = tally([row, only_infeasible, met, dominated]).splitlines()
+    assert lines[0] == "every target: 1 of 4 rows (long-output 0)"
+    assert lines[1] == "every jointly feasible target: 2 of 4 rows (spiky 3, long-output 0)"
+    assert lines[2] == ("a target jointly infeasible: 3 of 4 rows (spiky 2: vs hpa, vs kpa; spiky 3: vs hpa, vs kpa; "
+                        "long-output 0: vs hpa)")
+    assert lines[3] == "a baseline Pareto-better than ours: 1 of 4 rows (diurnal 0)"
