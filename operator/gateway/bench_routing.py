@@ -173,20 +173,33 @@ def _arms(arms: list[tuple[list[procs.Proc], procs.Proc]], bodies: list[dict], r
 
 
 def _summary(engines: list[procs.Proc], before: list[tuple[float, float]], results: list, first: list[bool]) -> dict:
+    """One arm's raw figures: per engine, hit and looked-up tokens and requests served; TTFTs of all and of later
+    turns."""
     for e in engines:
         _wait_idle(e.url)
     after = [_counters(e.url) for e in engines]
-    hits = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
-    queries = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
     ok = [r for r in results if r.status == 200]
-    ttft = [r.first_byte_at - r.sent_at for r in ok]
-    later = [r.first_byte_at - r.sent_at for r in ok if not first[r.index]]
     served = Counter(r.backend for r in ok)
-    return {"sent": len(results), "ok": len(ok), "hit": sum(hits) / sum(queries) if sum(queries) else 0.0,
-            "queries": sum(queries), "p50": quantile(ttft, 0.5), "p99": quantile(ttft, 0.99),
-            "later_p50": quantile(later, 0.5),
-            "req_spread": spread([served.get(e.url, 0) for e in engines]),
-            "prefill_spread": spread([q - h for q, h in zip(queries, hits, strict=True)])}
+    return {"sent": len(results), "ok": len(ok),
+            "hits": [a[0] - b[0] for a, b in zip(after, before, strict=True)],
+            "queries": [a[1] - b[1] for a, b in zip(after, before, strict=True)],
+            "served": [served.get(e.url, 0) for e in engines],
+            "ttft": [r.first_byte_at - r.sent_at for r in ok],
+            "later": [r.first_byte_at - r.sent_at for r in ok if not first[r.index]]}
+
+
+def figures(rounds: list[dict]) -> dict:
+    """What the bench prints for one router, over one or more rounds (`_summary`s) pooled: hit rate of all tokens
+    looked up, TTFT quantiles of all requests, and the spreads (max/mean over engines) of requests served and of
+    prompt tokens computed, averaged over the rounds (each round's own engines and placement)."""
+    hits, queries = sum(sum(r["hits"]) for r in rounds), sum(sum(r["queries"]) for r in rounds)
+    ttft, later = [x for r in rounds for x in r["ttft"]], [x for r in rounds for x in r["later"]]
+    return {"sent": sum(r["sent"] for r in rounds), "ok": sum(r["ok"] for r in rounds),
+            "hit": hits / queries if queries else 0.0, "queries": queries,
+            "p50": quantile(ttft, 0.5), "p99": quantile(ttft, 0.99), "later_p50": quantile(later, 0.5),
+            "req_spread": sum(spread(r["served"]) for r in rounds) / len(rounds),
+            "prefill_spread": sum(spread([q - h for q, h in zip(r["queries"], r["hits"], strict=True)])
+                                  for r in rounds) / len(rounds)}
 
 
 def _start_engines(n: int, model: str, args: list[str], tmp: str) -> list[procs.Proc]:
@@ -202,22 +215,37 @@ def _start_engines(n: int, model: str, args: list[str], tmp: str) -> list[procs.
     return started
 
 
-def _start_gateway(engines: list[procs.Proc], prefix_aware: bool, tmp: str) -> procs.Proc:
+def _start_gateway(engines: list[procs.Proc], prefix_aware: bool, seed: int, tmp: str) -> procs.Proc:
     port = procs.free_port()
-    path = os.path.join(tmp, f"gateway-{prefix_aware}.yaml")
+    path = os.path.join(tmp, f"gateway-{prefix_aware}-{seed}.yaml")
     with open(path, "w") as f:
         yaml.safe_dump({"host": "127.0.0.1", "port": port, "scrape_interval_s": 0.2,
                         "backends": {"static": [e.url for e in engines]},
-                        "routing": {"seed": 0, "prefix_aware": prefix_aware}}, f)
+                        "routing": {"seed": seed, "prefix_aware": prefix_aware}}, f)
     return procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", path, "--log-level", "warning"], port,
-                       timeout_s=60, log_path=os.path.join(tmp, f"gateway-{prefix_aware}.log"))
+                       timeout_s=60, log_path=os.path.join(tmp, f"gateway-{prefix_aware}-{seed}.log"))
+
+
+def _rows(workload: str, results: dict[str, dict], bound: float, bound_total: int) -> list[str]:
+    out = [f"{workload:<20} {router:<13} {r['ok']:>3}/{r['sent']:<3} {r['hit']:>8.1%} "
+           f"{(r['hit'] / bound if bound else float('nan')):>8.1%} {r['p50'] * 1000:>7.0f}ms "
+           f"{r['p99'] * 1000:>7.0f}ms {r['later_p50'] * 1000:>7.0f}ms {r['req_spread']:>12.2f} "
+           f"{r['prefill_spread']:>16.2f}   (bound {bound:.1%}; tokens looked up {r['queries']:.0f}, "
+           f"prompts {bound_total})"
+           for router, r in results.items()]
+    load, prefix = results["load-only"], results["prefix-aware"]
+    return out + [f"{workload:<20} prefix-aware / load-only: TTFT p50 x{prefix['p50'] / load['p50']:.2f}, p99 x"
+                  f"{prefix['p99'] / load['p99']:.2f}, later turns' p50 x{prefix['later_p50'] / load['later_p50']:.2f},"
+                  f" hit rate x{(prefix['hit'] / load['hit']) if load['hit'] else float('nan'):.2f}"]
 
 
 def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, max_tokens: int, step_delay_ms: int,
               max_num_batched_tokens: int, max_num_seqs: int, max_blocks: int, model: str,
-              traces: str | None = None) -> str:
-    if min(engines, conversations_n, kv_blocks, max_tokens, max_num_batched_tokens, max_num_seqs, max_blocks) < 1 \
-            or rate <= 0 or step_delay_ms < 0:
+              traces: str | None = None, seeds: int = 1) -> str:
+    """`seeds` rounds, each with gateways drawing from seed 0, 1, ... and prompt texts of their own; with more
+    than one, the rounds' figures pooled follow (`figures`)."""
+    if min(engines, conversations_n, kv_blocks, max_tokens, max_num_batched_tokens, max_num_seqs, max_blocks,
+           seeds) < 1 or rate <= 0 or step_delay_ms < 0:
         raise ValueError("counts and sizes must be >= 1, rate > 0, step delay >= 0")
     shared = mooncake_conversations(conversations_n, max_blocks, traces)
     workloads = [("Mooncake-shaped", shared), ("no shared prefix", without_shared_prefixes(shared))]
@@ -228,13 +256,17 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
                    "--max-waiting-requests", "0"]
     rows_out = [f"routing bench: two pools of {engines} engines ({model}, {' '.join(engine_args)}), "
                 f"{len(shared)} requests ({conversations_n} Mooncake conversations, blocks of {BLOCK_WORDS} tokens, "
-                f"at most {max_blocks} blocks), {rate:g} req/s open loop, max_tokens {max_tokens}, streamed",
-                f"{'workload':<17} {'router':<13} {'ok':>7} {'hit rate':>8} {'of bound':>8} {'TTFT p50':>9} "
+                f"at most {max_blocks} blocks), {rate:g} req/s open loop, max_tokens {max_tokens}, streamed, "
+                f"{seeds} round(s)",
+                f"{'workload':<20} {'router':<13} {'ok':>7} {'hit rate':>8} {'of bound':>8} {'TTFT p50':>9} "
                 f"{'TTFT p99':>9} {'later p50':>9} {'req max/mean':>12} {'prefill max/mean':>16}"]
     text_s, token_s = key_costs([render(ids, 0, vocab) for ids in shared])
     rows_out.insert(0, f"prefix keys on the request path, CPU per request over these prompts: text blocks (ours) "
                        f"{text_s * 1e6:.0f} us, tokenizer + token blocks {token_s * 1e6:.0f} us "
                        f"({token_s / text_s:.1f}x)")
+    routers = ("load-only", "prefix-aware")
+    pooled: dict[str, dict[str, list[dict]]] = {w: {r: [] for r in routers} for w, _ in workloads}
+    bounds: dict[str, list[tuple[int, int]]] = {w: [] for w, _ in workloads}
     with tempfile.TemporaryDirectory(prefix="floodway-bench-routing-") as tmp:
         started: list[procs.Proc] = []
         try:
@@ -244,32 +276,32 @@ def run_bench(engines: int, conversations_n: int, rate: float, kv_blocks: int, m
             for e in everything:  # the first forward pass is slow (lazy initialisation): not inside a measured arm
                 httpx.post(e.url + "/v1/completions", timeout=300,
                            json={"model": served, "prompt": "warm up", "max_tokens": 2})
-            routers = ("load-only", "prefix-aware")
-            arms = []
-            for i, router in enumerate(routers):
-                pool = everything[i * engines:(i + 1) * engines]
-                arms.append((pool, _start_gateway(pool, router == "prefix-aware", tmp)))
-                started.append(arms[-1][1])
-            for salt, (workload, requests) in enumerate(workloads):
-                texts = [render(ids, salt, vocab) for ids in requests]
-                bound_hits, bound_total = single_engine_bound(token_ids(texts))
-                bound = bound_hits / bound_total
-                bodies = [{"model": served, "prompt": t, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-                          for t in texts]
-                results = dict(zip(routers, _arms(arms, bodies, rate, first), strict=True))
-                for router, r in results.items():
-                    rows_out.append(
-                        f"{workload:<17} {router:<13} {r['ok']:>3}/{r['sent']:<3} {r['hit']:>8.1%} "
-                        f"{(r['hit'] / bound if bound else float('nan')):>8.1%} {r['p50'] * 1000:>7.0f}ms "
-                        f"{r['p99'] * 1000:>7.0f}ms {r['later_p50'] * 1000:>7.0f}ms {r['req_spread']:>12.2f} "
-                        f"{r['prefill_spread']:>16.2f}"
-                        f"   (bound {bound:.1%}; tokens looked up {r['queries']:.0f}, prompts {bound_total})")
-                load, prefix = results["load-only"], results["prefix-aware"]
-                rows_out.append(f"{workload:<17} prefix-aware / load-only: TTFT p50 x{prefix['p50'] / load['p50']:.2f}"
-                                f", p99 x{prefix['p99'] / load['p99']:.2f}, later turns' p50 x"
-                                f"{prefix['later_p50'] / load['later_p50']:.2f}, hit rate x"
-                                f"{(prefix['hit'] / load['hit']) if load['hit'] else float('nan'):.2f}")
+            pools = [everything[i * engines:(i + 1) * engines] for i in range(len(routers))]
+            for seed in range(seeds):
+                gateways = [_start_gateway(pool, router == "prefix-aware", seed, tmp)
+                            for pool, router in zip(pools, routers, strict=True)]
+                started += gateways
+                for w, (workload, requests) in enumerate(workloads):
+                    texts = [render(ids, seed * len(workloads) + w, vocab) for ids in requests]
+                    bound_hits, bound_total = single_engine_bound(token_ids(texts))
+                    bounds[workload].append((bound_hits, bound_total))
+                    bodies = [{"model": served, "prompt": t, "max_tokens": max_tokens, "temperature": 0,
+                               "stream": True} for t in texts]
+                    raw = _arms(list(zip(pools, gateways, strict=True)), bodies, rate, first)
+                    for router, r in zip(routers, raw, strict=True):
+                        pooled[workload][router].append(r)
+                    label = workload if seeds == 1 else f"{workload} {seed}"
+                    rows_out += _rows(label, {rt: figures([r]) for rt, r in zip(routers, raw, strict=True)},
+                                      bound_hits / bound_total, bound_total)
+                for gw in gateways:
+                    gw.stop(grace_s=5)
+                    started.remove(gw)
         finally:
             for proc in reversed(started):
                 proc.stop(grace_s=5)
+    if seeds > 1:
+        for workload, by_router in pooled.items():
+            hits, total = map(sum, zip(*bounds[workload], strict=True))
+            rows_out += _rows(f"{workload} all", {rt: figures(rs) for rt, rs in by_router.items()},
+                              hits / total, total)
     return "\n".join(rows_out)

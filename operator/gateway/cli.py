@@ -69,7 +69,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         replay_step_s: list[float] = typer.Option([], help="Replay the Mooncake-shaped workload offline instead, "
                                                   "no processes: the engines' scheduler and KV cache at this many "
                                                   "simulated seconds per step; repeat for several."),
-        seeds: int = typer.Option(5, help="With --replay-step-s: runs averaged (power-of-two choices' draws)."),
+        seeds: int = typer.Option(None, help="Draws of the power-of-two choices: the replay averages this many "
+                                  "runs (default 5); the live bench runs this many rounds, each with fresh prompt "
+                                  "texts and gateways seeded 0, 1, ..., and pools them (default 1)."),
     ) -> None:
         """Prefix-aware against load-only routing, same engines and schedule: prefix-cache hit rate against the
         single-engine bound, TTFT p50/p99 and per-engine spread, on Mooncake-shaped and unshared traffic."""
@@ -81,7 +83,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
                 typer.echo(report(engines, conversations, rate, EngineShape(kv_blocks, max_num_seqs,
                                                                             max_num_batched_tokens, max_tokens),
-                                  max_blocks, replay_step_s, seeds))
+                                  max_blocks, replay_step_s, seeds or 5))
                 return
             typer.echo(run_routing(engines, conversations, rate, kv_blocks, max_tokens, step_delay_ms,
-                                   max_num_batched_tokens, max_num_seqs, max_blocks, model))
+                                   max_num_batched_tokens, max_num_seqs, max_blocks, model, seeds=seeds or 1))

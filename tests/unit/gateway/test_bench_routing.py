@@ -5,6 +5,7 @@ import pytest
 from floodway.operator.gateway.bench_routing import (
     BLOCK_WORDS,
     conversations,
+    figures,
     first_turns,
     render,
     single_engine_bound,
@@ -38,3 +39,16 @@ def test_single_engine_bound_counts_leading_full_blocks_seen_before_never_the_la
     assert single_engine_bound([a, a + [99]]) == (32, 65)
     assert single_engine_bound([a, [7] + a]) == (0, 65)  # shifted: no leading block matches
     assert spread([1, 1, 4]) == 2.0
+
+
+def test_rounds_pool_tokens_and_ttfts_and_average_each_rounds_spreads():
+    one = {"sent": 3, "ok": 3, "hits": [10, 0], "queries": [20, 20], "served": [2, 1], "ttft": [0.1, 0.2, 0.9],
+           "later": [0.1]}
+    two = {"sent": 3, "ok": 2, "hits": [0, 30], "queries": [20, 40], "served": [1, 1], "ttft": [0.3, 0.4],
+           "later": [0.3]}
+    f = figures([one, two])
+    assert (f["sent"], f["ok"], f["hit"], f["queries"]) == (6, 5, 40 / 100, 100)
+    assert (f["p50"], f["later_p50"]) == (0.3, 0.1)  # of all five TTFTs, of both later turns (nearest rank)
+    assert f["req_spread"] == pytest.approx((2 / 1.5 + 1.0) / 2)  # each round's own, averaged: not pooled (1.2)
+    assert f["prefill_spread"] == pytest.approx((20 / 15 + 20 / 15) / 2)
+    assert figures([one])["req_spread"] == spread([2, 1])
