@@ -216,15 +216,30 @@ def test_a_spent_budget_holds_capacity_exactly_as_no_budget():
         assert "overflow allowed" not in spent.reason
 
 
-def test_the_budget_does_not_discount_prompt_token_demand():
-    # Overflow takes whole requests, not a share of each burst's prefill: 20k prompt tokens/s is 4 replicas' worth
-    # with a budget too (discounting it let spiky seed 3 shrink to one replica before its first burst: 8.7%
-    # overflow instead of 4.5%).
+def test_the_budget_does_not_discount_prompt_token_demand_in_the_hold():
+    # 20k prompt tokens/s is 4 replicas' worth with a budget too: the pool keeps it (discounting the hold let spiky
+    # seed 3 shrink to one replica before its first burst: 8.7% overflow instead of 4.5%).
     load = lambda t, n: sig(n, running=4, attainment=1.0, arrival_rate=10.0, finished_rate=10.0,  # noqa: E731
                             prompt_token_rate=20_000.0, window_s=5.0)
     budget = replace(TOKENS, overflow_share=0.05)
     assert [d.replicas for d in run(budget, ScalerState(4), load, 0, 900)] == \
         [d.replicas for d in run(TOKENS, ScalerState(4), load, 0, 900)] == [4] * 181
+
+
+def test_the_budget_discounts_prompt_token_demand_for_scale_up_only():
+    # A tick of 16.5k prompt tokens/s (3.3 replicas' worth) on 3 replicas: without a budget a fourth replica; with
+    # one unspent (10% allowed) the overflow carries it (3.3 x 0.9 < 3): a tick's burst is over before a replica
+    # could start. The hold still counts it whole: 3.3 at the 0.7 margin keeps the three.
+    load = dict(running=4, attainment=1.0, arrival_rate=10.0, finished_rate=10.0, window_s=5.0)
+    calm = lambda t, n: sig(n, prompt_token_rate=10_000.0, **load)  # noqa: E731
+    budget = replace(TOKENS, overflow_share=0.05)
+    for policy, after in ((TOKENS, 4), (budget, 3)):
+        state = run(policy, ScalerState(3), calm, 0, 300)[-1].state
+        assert state.replicas == 3
+        d = decide(state, sig(3, prompt_token_rate=16_500.0, **load), policy, 305)
+        assert d.replicas == after
+    later = run(budget, d.state, calm, 310, 1000)
+    assert "prompt tokens up to 33.0" in later[-1].reason and {x.replicas for x in later} == {3}
 
 
 def test_slo_feedback_ignores_a_shortfall_within_sampling_noise():
