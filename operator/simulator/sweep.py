@@ -51,10 +51,11 @@ class Row:
         return out
 
     def dominated_by(self) -> list[str]:
-        """Baselines Pareto-better than ours: at least our attainment on at most our replica-hours."""
+        """Baselines Pareto-better than ours: at least our attainment on at most our replica-hours, and not a tie."""
         o = self.ours
         return [name for name, b in self.baselines.items()
-                if b.attainment >= o.attainment and b.replica_hours <= o.replica_hours]
+                if b.attainment >= o.attainment and b.replica_hours <= o.replica_hours
+                and (b.attainment, b.replica_hours) != (o.attainment, o.replica_hours)]
 
     def verdict(self) -> str:
         """The targets column: "yes", or each miss, a jointly infeasible one with its reason."""

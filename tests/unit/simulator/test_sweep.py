@@ -51,6 +51,8 @@ def test_a_baseline_target_no_policy_can_meet_with_the_others_is_named_jointly_i
     only_infeasible = Row("spiky", 3, 100, ours, 1.53, {"hpa": perfect, "kpa": cheap})
     met = Row("long-output", 0, 100, summary("ours", 1.0, 1.0), 1.0, {"hpa": summary("hpa", 1.0, 3.5)})
     assert met.misses() == [] and met.verdict() == "yes"  # a tie at 100% counts as met
+    tie = Row("long-output", 0, 100, summary("ours", 1.0, 1.0), 1.0, {"kpa": summary("kpa", 1.0, 1.0)})
+    assert tie.dominated_by() == [] and tie.verdict() == "yes"  # the same point is no better
     dominated = Row("diurnal", 0, 100, summary("ours", 0.99, 0.6), 0.5, {"kpa": summary("kpa", 0.995, 0.55)})
     assert dominated.dominated_by() == ["kpa"] and dominated.verdict().endswith("Pareto-dominated by kpa")
     assert Row("x", 0, 1, ours, None, {"kpa": cheap}).infeasible() == {}  # no bound: only the 100% rule tells
