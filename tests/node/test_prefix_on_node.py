@@ -45,7 +45,9 @@ METRICS = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/me
 POLICY = ("Parcels are insured up to 500 euros unless the sender declared a higher value. A parcel that has not "
           "moved for five working days is searched for by the depot that scanned it last; after ten it is "
           "declared lost and the sender is refunded. Damaged parcels are photographed at the depot, and the "
-          "receiver may refuse them at the door. Claims are answered within fourteen days. ")
+          "receiver may refuse them at the door. Claims are answered within fourteen days. Parcels to islands "
+          "take two days longer, and depots close on public holidays; a parcel held at a depot is kept for seven "
+          "days before it goes back to the sender at the sender's cost. ")
 
 
 def inference_service(node_name: str) -> dict:
