@@ -51,7 +51,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: the vendored data/traces)."),
         seed: int = typer.Option(0, help="Seed of synthetic traces."),
         sweep: bool = typer.Option(False, "--sweep", help="Our policy vs the clairvoyant bound, HPA, KEDA and KPA "
-                                                          "over the trace family and seeds 0..4, one table."),
+                                                          "over the trace family and seeds 0..4, one table and "
+                                                          "a tally of the targets met."),
         scenarios: str = typer.Option(None, help="With --sweep: a comma list of the family's scenarios only."),
         seeds: int = typer.Option(5, help="With --sweep: seeds 0..N-1 of the seeded scenarios."),
     ) -> None:
