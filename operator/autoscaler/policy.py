@@ -334,6 +334,7 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
     if st.last_scale_time is not None and now - st.last_scale_time < p.scale_down_interval_s:
         return scaled(st, now, cur, "waiting to observe the last change")
     fits, what = _fitting(window(st.history, now, p.scale_down_stabilization_s), p, allow)
+    what += f" over {p.scale_down_stabilization_s:g} s"
     # Prompt tokens come in bursts shorter than a cold start: keep what the last bursts needed for longer.
     token_peak = max(window(st.tokens, now, p.token_stabilization_s))
     if math.ceil(token_peak / (p.per_replica * p.scale_down_utilization)) > fits:
@@ -345,4 +346,4 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
         return scaled(st, now, cur, f"{what} needs {fits} replicas")
     if new == 0:
         return scaled(st, now, 0, f"idle for {p.scale_to_zero_after_s:g} s: scale to zero")
-    return scaled(st, now, new, f"scale down: {what} over {p.scale_down_stabilization_s:g} s fits {fits} replicas")
+    return scaled(st, now, new, f"scale down: {what} fits {fits} replicas")

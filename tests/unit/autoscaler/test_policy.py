@@ -73,7 +73,8 @@ def test_scales_down_after_the_stabilization_window_one_step_at_a_time():
     drops = [i * P.interval_s for i, (a, b) in enumerate(zip(ds, ds[1:], strict=False)) if b.replicas < a.replicas]
     assert min(b - a for a, b in zip(drops, drops[1:], strict=False)) >= P.scale_down_interval_s
     assert ds[-1].replicas == 2  # 10 in flight fits 2 replicas at 70% of target 10
-    assert "scale down" in next(d.reason for d in ds if d.replicas < 6)
+    assert next(d.reason for d in ds if d.replicas < 6) == \
+        f"scale down: peak demand 10.0 over {P.scale_down_stabilization_s:g} s fits 2 replicas"
 
 
 def test_no_scale_down_while_attainment_is_below_target():
