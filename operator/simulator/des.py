@@ -186,9 +186,11 @@ class Simulation:
         prefix than another (routing.prefix_gains), else the least loaded; the chosen one's recent work grows as
         the gateway's does."""
         ready, weights = self._routable(), RoutingWeights()
+        if self.cfg.prefix != "prefix":  # nothing reads recent work without the prefix cap
+            return self._pick(ready)
         recent = [decayed(s.recent_work, t - s.recent_at, weights.recent_half_life_s) for s in ready]
         hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)} \
-            if self.cfg.prefix == "prefix" and r.blocks else {}
+            if r.blocks else {}
         loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage,
                              sum(q.left for q in (*s.replica.prefilling, *s.replica.queue)), recent[i])  # prefill work
                  for i, s in enumerate(ready)] if hits else []
