@@ -18,7 +18,9 @@ the profile's decode steps fit within the TPOT SLO) where that is fewer; and KV 
   seed 2 single ticks over `kv_target` added a fourth replica four times, 1.157x the bound, averaged 1.08x),
   at most `max_step_up` replicas per decision;
 - SLO feedback: attainment below target while requests queue or overflow adds a replica (when none is
-  still starting, so a cold start is not answered by piling up more). "Below" means by more than
+  still starting, so a cold start is not answered by piling up more), which no scale-down removes for
+  `scale_down_stabilization_s` (demand alone cannot see a shortage that only the SLO showed: on spiky seed 0 the
+  next ticks' demand dropped each such replica before it was ready, 2 <-> 3 five times in eight minutes). "Below" means by more than
   `slo_noise_z` standard errors of the window's sample: at a 99% target one miss among 100 requests is
   what a pool exactly at target shows, and answering it with a replica cost ~2 points of replica-hours on
   Mooncake for no attainment a user would see;
@@ -120,6 +122,7 @@ class ScalerState:
     replicas: int  # the last desired replica count
     last_scale_time: float | None = None
     panic_until: float = -math.inf
+    slo_hold_until: float = -math.inf  # a replica SLO feedback added is not removed before this
     history: tuple[tuple[float, float], ...] = ()  # (time, observed demand) within the longest window
     last_busy: float | None = None  # last time demand was seen (None: never)
     observed_since: float | None = None  # first tick: no scale-down before a full window was observed
@@ -286,6 +289,7 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.per_replica
     if short_of_slo(signals, p) and queued > 0 and signals.starting == 0 and want <= cur:
         want, reason = cur + 1, f"SLO attainment {signals.attainment:.3f} < {p.slo_attainment:g} while queued"
+        st = replace(st, slo_hold_until=now + p.scale_down_stabilization_s)
 
     capacity = signals.ready * p.per_replica
     if demand > 0 and (signals.ready == 0 or demand >= p.panic_threshold * capacity):
@@ -327,6 +331,8 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
     cur = st.replicas
     if now < st.panic_until:
         return scaled(st, now, cur, "panic mode blocks scale-down")
+    if now < st.slo_hold_until:
+        return scaled(st, now, cur, "a replica SLO feedback added is held for the stabilization window")
     if signals.attainment is not None and signals.attainment < p.slo_attainment:
         return scaled(st, now, cur, f"SLO attainment {signals.attainment:.3f} below target")
     if now - st.observed_since < p.scale_down_stabilization_s:

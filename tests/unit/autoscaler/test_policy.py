@@ -91,6 +91,21 @@ def test_slo_miss_while_queued_adds_a_replica_unless_one_is_starting():
     assert d.replicas == 3
 
 
+def test_a_replica_slo_feedback_added_is_held_for_the_stabilization_window():
+    # Observed for a window at 3 replicas, then one tick short of the SLO while queued adds a fourth; the next
+    # ticks' demand (10 in flight) fits two and attainment is back at target, as on spiky seed 0 where each such
+    # replica was dropped before it was ready.
+    start = run(P, ScalerState(3), lambda t, n: sig(n, running=15, attainment=1.0), 0, 300)[-1].state
+    assert start.replicas == 3
+    d = decide(start, sig(3, running=20, waiting=2, attainment=0.9), P, 305)
+    assert d.replicas == 4 and "SLO attainment" in d.reason
+    after = run(P, d.state, lambda t, n: sig(n, running=10, attainment=1.0), 310, 305 + 600)
+    held = [x for i, x in enumerate(after) if 310 + i * P.interval_s < 305 + P.scale_down_stabilization_s]
+    assert {x.replicas for x in held} == {4}
+    assert "SLO feedback" in held[-1].reason
+    assert after[-1].replicas == 2  # then scale-down resumes, one step at a time
+
+
 def test_bounds_are_respected():
     p = AutoscalerPolicy(min_replicas=2, max_replicas=5, target_concurrency=10)
     assert decide(ScalerState(3), sig(3, running=30, waiting=900), p, 0).replicas == 5
