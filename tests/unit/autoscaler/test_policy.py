@@ -49,6 +49,18 @@ def test_panic_on_2x_burst_jumps_past_the_step_limit_and_blocks_scale_down():
     assert {x.replicas for x in after} == {8}
 
 
+def test_requests_in_flight_within_the_tolerance_add_no_replica_prompt_tokens_do():
+    state = ScalerState(3)
+    assert decide(state, sig(3, running=32, attainment=1.0), P, 0).replicas == 3  # 32 of 30: within 10%
+    assert decide(state, sig(3, running=34, attainment=1.0), P, 0).replicas == 4
+    # Prompt tokens just over 3 replicas' prefill (sized with headroom already) add one at once.
+    tokens = replace(P, prefill_tokens_per_s=1000.0, prefill_target=1.0, ttft_slo_s=0.0)
+    over = sig(3, running=3, attainment=1.0, prompt_token_rate=3100.0, window_s=5.0)
+    assert decide(state, over, tokens, 0).replicas == 4
+    with pytest.raises(ValueError, match="scale_up_tolerance"):
+        AutoscalerPolicy(scale_up_tolerance=-0.1)
+
+
 def test_below_2x_is_not_panic_and_obeys_the_step_limit():
     p = AutoscalerPolicy(max_replicas=20, target_concurrency=10, max_step_up=2, scale_up_window_s=1)
     d = decide(ScalerState(4), sig(4, running=40, waiting=30, attainment=1.0), p, 0)
@@ -183,6 +195,15 @@ def test_overflow_budget_holds_a_saturated_pool_while_overflow_stays_within_the_
     assert decide(ScalerState(3), s(0, 3), P, 0).replicas > 3
 
 
+def test_a_spike_the_budget_overflows_within_its_share_is_no_panic():
+    # 70 in flight on 3 replicas of 10 (2.3x capacity) with 5% of arrivals overflowed: without a budget a panic to
+    # 7+; with one the gateway carries the spike within the allowed share, so the pool holds what it can.
+    spike = sig(3, running=30, waiting=40, attainment=1.0, arrival_rate=10.0, finished_rate=9.5, overflow_rate=0.5)
+    assert decide(ScalerState(3), spike, P, 0).reason.startswith("panic")
+    d = decide(ScalerState(3), spike, B, 0)
+    assert d.replicas == 3 and not d.reason.startswith("panic")
+
+
 def test_overflow_beyond_the_allowed_share_scales_up():
     # 30% of arrivals overflowed at ~5 s each; nothing spent yet allows 2x the share (10%): the other 20%
     # (2 req/s x 5 s = 10 in flight) is a replica's worth.
@@ -202,9 +223,10 @@ def test_scale_down_with_a_budget_keeps_the_utilization_margin():
 
 
 def test_overspent_budget_allows_less_overflow():
-    # An hour at 8% overflow (over the 5% share): the allowed share falls, so 8% is now a shortage.
-    s = lambda t, n: sig(3, running=30, attainment=1.0, arrival_rate=10.0, finished_rate=9.2,  # noqa: E731
-                         overflow_rate=0.8)
+    # An hour at 12% overflow (over the 5% share): the allowed share falls, so 12% is now a shortage (~3.7 in flight
+    # beyond the share, more than the scale-up tolerance of a 30-request pool).
+    s = lambda t, n: sig(3, running=30, attainment=1.0, arrival_rate=10.0, finished_rate=8.8,  # noqa: E731
+                         overflow_rate=1.2)
     ds = run(B, ScalerState(3), s, 0, 3600)
     assert ds[0].replicas == 3 and ds[-1].replicas > 3
 

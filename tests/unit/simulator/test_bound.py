@@ -2,10 +2,10 @@
 
 import pytest
 from floodway.operator.simulator import bound
-from floodway.operator.simulator.bound import Schedule, following, main, near_peak, run_schedule
+from floodway.operator.simulator.bound import Schedule, following, main, near_peak, run_schedule, token_pool
 from floodway.operator.simulator.des import SimConfig
 from floodway.operator.simulator.replica import ReplicaProfile
-from floodway.operator.simulator.traces import steps
+from floodway.operator.simulator.traces import Request, steps
 
 pytestmark = pytest.mark.unit
 
@@ -55,11 +55,40 @@ def test_near_peak_schedules_stay_valid_on_a_trace_shorter_than_their_drops():
     assert near_peak(1, 900.0) == []  # no pool below one replica
 
 
-def test_bound_cli_prints_the_least_replica_hours_meeting_the_targets(capsys, monkeypatch):
-    # Two schedules instead of the full sweep, on the short-bursts trace 4x faster: quick.
+def test_bound_cli_prints_the_least_replica_hours_meeting_the_targets_and_reacting_to_the_past(capsys, monkeypatch):
+    # Three schedules instead of the full sweep, on the short-bursts trace 4x faster: quick. Static peak (10) meets
+    # the targets on this trace by its definition; a reactive flat 10 ties it.
     monkeypatch.setattr(bound, "near_peak", lambda peak, end_s: [("flat 1", Schedule((0.0,), (1,)))])
-    monkeypatch.setattr(bound, "rate_following", lambda trace, peak, lead_s: [("flat 8", Schedule((0.0,), (8,)))])
+    monkeypatch.setattr(bound, "rate_following", lambda trace, peak, lead_s: [("flat 10", Schedule((0.0,), (10,)))])
+    monkeypatch.setattr(bound, "flat_pools", lambda peak: [])
+    monkeypatch.setattr(bound, "token_pools", lambda trace, rate, first, lead_s: [
+        (bound.REACTIVE + "flat 10 again", Schedule((0.0,), (10,)))])
     main(["short-bursts", "--compress", "4"])
     out = capsys.readouterr().out
-    assert "short-bursts with --compress 4" in out and "| flat 1 |" in out and "| flat 8 |" in out
-    assert "least replica-hours at >= 99% attainment and <= 5% overflow: " in out
+    assert "short-bursts with --compress 4" in out and "| flat 1 |" in out and "| reactive: flat 10 again |" in out
+    assert "least replica-hours at >= 99% attainment and <= 5% overflow: 2.498, 100.0% of static peak (flat 10)" in out
+    assert ("least replica-hours at >= 99% attainment and <= 5% overflow, reacting to the past: 2.498, 100.0% of "
+            "static peak (reactive: flat 10 again)") in out
+
+
+def test_reactive_rules_see_only_the_past():
+    # 10 quiet seconds of 100-token prompts, a burst of 20 x 5000 tokens in 20-25 s, then quiet to 200 s.
+    trace = [Request(float(t), 100, 10) for t in range(20)] + [Request(20 + i / 4, 5000, 10) for i in range(20)] \
+        + [Request(float(t), 100, 10) for t in range(30, 200)]
+    trace.sort(key=lambda r: r.arrival_s)
+    s = token_pool(trace, span_s=5.0, tokens_per_replica_s=1000.0, hold_s=60.0, floor=1, first=2)
+    assert s.at(0.0) == 2 and s.at(20.0) == 1  # before the burst: the floor (first only until the first tick)
+    assert s.at(24.9) == 1  # the burst's span is not seen whole until 25 s
+    assert s.at(25.0) == 20  # 100k tokens in 5 s at 1000 tokens/s per replica
+    assert s.at(84.9) == 20 and s.at(85.0) == 1  # held for 60 s after the span ends, then the floor
+    # Later arrivals cannot change what it asked for before them.
+    assert token_pool(trace[:20], 5.0, 1000.0, 60.0, 1, 2).counts == (2, 1)
+    # A cold start's lead (60 s here) asks for the burst's pool from the start and lets it go once the burst is over.
+    ahead = token_pool(trace, 5.0, 1000.0, 0.0, 1, None, lead_s=60.0)
+    assert ahead.at(0.0) == ahead.at(24.9) == 20 and ahead.at(25.0) == 1
+    with pytest.raises(ValueError):
+        token_pool(trace, 0.0, 1000.0, 60.0, 1, 1)
+    names = [n for n, _ in bound.schedules(trace, 3, 60.0, 25_000.0, 2)]
+    assert {"flat 1", "flat 2", "flat 3"} <= set(names)
+    reacting = [n for n in names if n.startswith(bound.REACTIVE)]
+    assert len(reacting) == len([n for n in names if n.endswith("60 s ahead")]) == 36

@@ -42,12 +42,12 @@ def test_a_baseline_target_no_policy_can_meet_with_the_others_is_named_jointly_i
     cheap = summary("kpa", 0.66, 0.61)  # fewer hours than any schedule meeting 99% with <= 5% overflow
     perfect = summary("hpa", 1.0, 3.0)  # no schedule reaches 100% within 1.15 x the bound (1.76 h)
     fair = summary("keda", 0.999, 1.7)  # a schedule reaches 99.9% on 1.70 h: ours just misses it
-    reach = ((0.991, 1.53), (0.999, 1.70), (0.9995, 2.5))  # the clairvoyant schedules with <= 5% overflow
+    reach = ((0.991, 1.53), (0.999, 1.70), (0.9995, 2.5))  # the bound's schedules with <= 5% overflow
     row = Row("spiky", 2, 100, ours, 1.53, {"hpa": perfect, "keda": fair, "kpa": cheap}, None, reach)
     assert row.misses() == ["vs hpa", "vs keda", "vs kpa"]
-    assert row.infeasible() == {"vs hpa": "no clairvoyant schedule reaches hpa's 100.00% on <= 1.76 h",
+    assert row.infeasible() == {"vs hpa": "no schedule reaches hpa's 100.00% on <= 1.76 h",
                                 "vs kpa": "kpa 0.61 h < bound 1.53 h"}
-    assert row.verdict() == ("no: vs hpa (jointly infeasible: no clairvoyant schedule reaches hpa's 100.00% on "
+    assert row.verdict() == ("no: vs hpa (jointly infeasible: no schedule reaches hpa's 100.00% on "
                              "<= 1.76 h), vs keda, vs kpa (jointly infeasible: kpa 0.61 h < bound 1.53 h)")
     assert row.dominated_by() == []
     # The schedule that reaches 99.95% costs 2.5 h: past 1.15 x the bound, so it does not make hpa's target feasible.
@@ -71,3 +71,22 @@ def test_a_baseline_target_no_policy_can_meet_with_the_others_is_named_jointly_i
     assert lines[1] == "every jointly feasible target: 2 of 4 rows (spiky 3, long-output 0)"
     assert lines[2] == "a target jointly infeasible: 2 of 4 rows (spiky 2: vs hpa, vs kpa; spiky 3: vs hpa, vs kpa)"
     assert lines[3] == "a baseline Pareto-better than ours: 1 of 4 rows (diurnal 0)"
+
+
+def test_a_miss_of_the_overflow_or_the_bound_says_what_reacting_to_the_past_needs_for_both():
+    from floodway.operator.simulator.sweep import tally
+
+    ours = summary("ours", 0.996, 1.67, 0.071)
+    # The best reactive schedule meets 99% with <= 5% overflow on 1.5 h, 1.28x the bound: past 1.15x.
+    hard = Row("spiky", 4, 100, ours, 1.17, {}, None, (), 1.5)
+    assert hard.reacting_misses()
+    assert hard.verdict() == ("no: overflow 7.1% (reacting to the past, both need 1.28x), replica-hours vs bound "
+                              "(reacting to the past, both need 1.28x)")
+    # Where a reactive schedule meets both within 1.15x, ours could have too.
+    easy = Row("azure-4x", 0, 100, summary("ours", 0.999, 0.97, 0.011), 0.73, {}, None, (), 0.73)
+    assert not easy.reacting_misses()
+    assert easy.verdict() == "no: replica-hours vs bound (reacting to the past, both need 1.00x)"
+    assert Row("x", 0, 1, ours, 1.17, {}).reacting_misses()  # no reactive schedule met 99% with <= 5% overflow
+    assert tally([hard, easy]).splitlines()[4] == (
+        "missing the overflow or the bound where no reactive schedule meets both within 1.15x either: 1 of 2 rows "
+        "(spiky 4)")
