@@ -187,7 +187,7 @@ def token_demand(prompts, p: "AutoscalerPolicy") -> float:
     `prefill_target` is the headroom measured for a burst within a tick that the tick's rate hides (a 0.5 s SLO
     counted as 0.5 s of slack raised spiky seed 3's overflow from 4.5% to 8.7%). Where the SLO lets prompts wait
     an interval or more, the slack absorbs that burst and a replica is sized for its whole prefill rate (with
-    0.5 there mooncake-2x seed 0 held 1.37x the clairvoyant bound, with the whole rate 1.06x)."""
+    0.5 there mooncake-2x seed 0 held 1.37x the bound of the day, with the whole rate 1.06x)."""
     if not p.prefill_tokens_per_s:
         return 0.0
     slack_s = math.floor(p.ttft_slo_s / p.interval_s) * p.interval_s

@@ -50,7 +50,7 @@ def decide_schedule(state: ScalerState, signals, policy: Schedule, now: float) -
 
 
 def run_schedule(trace: list[Request], schedule: Schedule, cfg: SimConfig) -> Summary:
-    """One clairvoyant schedule with overflow on (cold starts and the gateway as configured)."""
+    """One schedule with overflow on (cold starts and the gateway as configured)."""
     return summarize(simulate(trace, Scaler("schedule", decide_schedule, schedule, schedule.at(0.0)),
                               overflow_enabled(cfg, True)))
 

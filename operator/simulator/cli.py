@@ -50,7 +50,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: the vendored data/traces)."),
         seed: int = typer.Option(0, help="Seed of synthetic traces."),
-        sweep: bool = typer.Option(False, "--sweep", help="Our policy vs the clairvoyant bound, HPA, KEDA and KPA "
+        sweep: bool = typer.Option(False, "--sweep", help="Our policy vs the bound (bound.py), HPA, KEDA and KPA "
                                                           "over the trace family and seeds 0..4, one table and "
                                                           "a tally of the targets met."),
         scenarios: str = typer.Option(None, help="With --sweep: a comma list of the family's scenarios only."),
