@@ -90,3 +90,19 @@ def test_a_miss_of_the_overflow_or_the_bound_says_what_reacting_to_the_past_need
     assert tally([hard, easy]).splitlines()[4] == (
         "missing the overflow or the bound where no reactive schedule meets both within 1.15x either: 1 of 2 rows "
         "(spiky 4)")
+
+
+def test_a_sweep_row_takes_the_bound_from_every_schedule_and_the_reacting_figure_from_the_reactive_ones(monkeypatch):
+    from floodway.operator.simulator import bound
+    from floodway.operator.simulator.run import Options
+    from floodway.operator.simulator.sweep import run_one
+
+    # Three flat schedules instead of ~130, on diurnal (one replica carries it): quick.
+    monkeypatch.setattr(bound, "schedules", lambda trace, peak, lead_s, rate, first: [
+        ("flat 1", bound.Schedule((0.0,), (1,))), (bound.REACTIVE + "flat 2", bound.Schedule((0.0,), (2,))),
+        (bound.REACTIVE + "flat 3", bound.Schedule((0.0,), (3,)))])
+    row = run_one("diurnal", 0, Options())
+    hours = row.ours.replica_hours  # ours holds one replica throughout
+    assert row.bound_hours == pytest.approx(hours, rel=0.01)  # flat 1
+    assert row.reacting == pytest.approx(2 * row.bound_hours)  # the least of the reactive ones: flat 2
+    assert row.reacting_misses()  # twice the bound: reacting to the past could not meet both within 1.15x here
