@@ -309,7 +309,7 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         need = max(math.ceil(hold / p.per_replica), 1, want)
         st = replace(st, panic_until=now + p.panic_hold_s)
         new = min(max(need, cur, floor), p.max_replicas)
-        return scaled(st, now, new, f"panic: demand {demand:.1f} >= {p.panic_threshold:g}x capacity "
+        return scaled(st, now, new, f"panic: demand {hold:.1f} >= {p.panic_threshold:g}x capacity "
                                              f"of {signals.ready} ready replicas")
 
     if want > cur:
