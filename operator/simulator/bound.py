@@ -55,19 +55,23 @@ def run_schedule(trace: list[Request], schedule: Schedule, cfg: SimConfig) -> Su
                               overflow_enabled(cfg, True)))
 
 
+def per_span(trace: list[Request], span_s: float, size=lambda r: 1) -> list[float]:
+    """The trace's requests (or `size` of each) summed per `span_s` span from 0 to its last arrival."""
+    out = [0.0] * (int(trace[-1].arrival_s // span_s) + 1)
+    for r in trace:
+        out[int(r.arrival_s // span_s)] += size(r)
+    return out
+
+
 def following(trace: list[Request], per_replica_rps: float, window_s: float, lead_s: float) -> Schedule:
     """A pool sized for the arrival rate of each `window_s` span at `per_replica_rps` (at least one replica),
     asked for `lead_s` ahead: the count at t is the largest need of the spans starting in [t, t + lead_s]."""
     if per_replica_rps <= 0 or window_s <= 0 or lead_s < 0:
         raise ValueError("following needs a rate per replica > 0, a window > 0 and a lead >= 0")
-    spans = int(trace[-1].arrival_s // window_s) + 1
-    counts = [0] * spans
-    for r in trace:
-        counts[int(r.arrival_s // window_s)] += 1
-    need = [max(1, math.ceil(c / window_s / per_replica_rps)) for c in counts]
+    need = [max(1, math.ceil(c / window_s / per_replica_rps)) for c in per_span(trace, window_s)]
     ahead = math.ceil(lead_s / window_s)
-    want = [max(need[i:i + ahead + 1]) for i in range(spans)]
-    starts = [i * window_s for i in range(spans) if i == 0 or want[i] != want[i - 1]]
+    want = [max(need[i:i + ahead + 1]) for i in range(len(need))]
+    starts = [i * window_s for i in range(len(need)) if i == 0 or want[i] != want[i - 1]]
     return Schedule(tuple(starts), tuple(want[int(s // window_s)] for s in starts))
 
 
@@ -107,10 +111,7 @@ def token_pool(trace: list[Request], span_s: float, tokens_per_replica_s: float,
     if span_s <= 0 or tokens_per_replica_s <= 0 or hold_s < 0 or lead_s < 0 or floor < 0 or (first or 0) < 0:
         raise ValueError("a token pool needs a span > 0, a rate per replica > 0, a hold and lead >= 0, counts >= 0")
     end = trace[-1].arrival_s
-    tokens = [0.0] * (int(end // span_s) + 1)
-    for r in trace:
-        tokens[int(r.arrival_s // span_s)] += r.prompt_tokens
-    need = [math.ceil(t / span_s / tokens_per_replica_s) for t in tokens]
+    need = [math.ceil(t / span_s / tokens_per_replica_s) for t in per_span(trace, span_s, lambda r: r.prompt_tokens)]
     starts, counts, t = [], [], 0.0
     while t <= end:
         count = max([floor, *need[max(0, int((t - hold_s) // span_s)):int((t + lead_s) // span_s)]])
