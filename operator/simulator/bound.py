@@ -23,7 +23,7 @@ from floodway.operator.autoscaler.policy import Decision, ScalerState, scaled
 from floodway.operator.simulator.compare import overflow_enabled, size
 from floodway.operator.simulator.des import Scaler, SimConfig, simulate
 from floodway.operator.simulator.report import Summary, summarize
-from floodway.operator.simulator.traces import Request, rate_stats
+from floodway.operator.simulator.traces import Request, per_span, rate_stats
 
 ATTAINMENT, MAX_OVERFLOW, TARGET_SHARE = 0.99, 0.05, 0.70  # issue 6's Done-when
 
@@ -53,14 +53,6 @@ def run_schedule(trace: list[Request], schedule: Schedule, cfg: SimConfig) -> Su
     """One schedule with overflow on (cold starts and the gateway as configured)."""
     return summarize(simulate(trace, Scaler("schedule", decide_schedule, schedule, schedule.at(0.0)),
                               overflow_enabled(cfg, True)))
-
-
-def per_span(trace: list[Request], span_s: float, size=lambda r: 1) -> list[float]:
-    """The trace's requests (or `size` of each) summed per `span_s` span from 0 to its last arrival."""
-    out = [0.0] * (int(trace[-1].arrival_s // span_s) + 1)
-    for r in trace:
-        out[int(r.arrival_s // span_s)] += size(r)
-    return out
 
 
 def following(trace: list[Request], per_replica_rps: float, window_s: float, lead_s: float) -> Schedule:

@@ -224,15 +224,20 @@ def burstiness(trace: list[Request], window_s: float = 1.0) -> float:
     return peak / mean if mean else 0.0
 
 
+def per_span(trace: list[Request], span_s: float, size=lambda r: 1) -> list[float]:
+    """The trace's requests (or `size` of each) summed per `span_s` span from 0 to its last arrival."""
+    out = [0.0] * (int(trace[-1].arrival_s // span_s) + 1)
+    for r in trace:
+        out[int(r.arrival_s // span_s)] += size(r)
+    return out
+
+
 def rate_stats(trace: list[Request], window_s: float = 60.0) -> tuple[float, float]:
     """(mean, peak) arrival rate over windows of window_s seconds."""
     if not trace:
         return 0.0, 0.0
-    n = int(trace[-1].arrival_s // window_s) + 1
-    counts = [0] * n
-    for r in trace:
-        counts[int(r.arrival_s // window_s)] += 1
-    return len(trace) / (n * window_s), max(counts) / window_s
+    counts = per_span(trace, window_s)
+    return len(trace) / (len(counts) * window_s), max(counts) / window_s
 
 
 GENERATORS = {"idle-burst": idle_then_burst, "steps": steps, "on-off": on_off, "spiky": spiky, "diurnal": diurnal}
