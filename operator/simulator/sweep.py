@@ -11,6 +11,7 @@ from floodway.operator.simulator.scenarios import FAMILY, SEEDED
 OURS = "floodway+overflow"
 BASELINES = ("hpa", "keda", "kpa")
 BOUND_FACTOR = 1.15  # replica-hours within this factor of the bound
+CAPACITY_MISSES = ("overflow", "replica-hours")  # the misses a reactive schedule's figure speaks to
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class Row:
         misses = [f"{m} (jointly infeasible: {why[m]})" if m in why else m for m in self.misses()]
         if self.reacting is not None and self.bound_hours:
             note = f" (reacting to the past, both need {self.reacting / self.bound_hours:.2f}x)"
-            misses = [m + note if m.startswith(("overflow", "replica-hours")) else m for m in misses]
+            misses = [m + note if m.startswith(CAPACITY_MISSES) else m for m in misses]
         pareto = [f"Pareto-dominated by {name}" for name in self.dominated_by()]
         return "yes" if not misses and not pareto else "no: " + ", ".join(misses + pareto)
 
@@ -132,8 +133,7 @@ def tally(rows: list[Row]) -> str:
     feasible = [r for r in rows if set(r.misses()) <= set(r.infeasible())]
     blocked = [r for r in rows if r.infeasible()]
     dominated = [r for r in rows if r.dominated_by()]
-    hard = [r for r in rows if r.reacting_misses() and any(m.startswith(("overflow", "replica-hours"))
-                                                           for m in r.misses())]
+    hard = [r for r in rows if r.reacting_misses() and any(m.startswith(CAPACITY_MISSES) for m in r.misses())]
     return "\n".join([
         f"every target: {len(every)} of {len(rows)} rows ({names(every)})",
         f"every jointly feasible target: {len(feasible)} of {len(rows)} rows ({names(feasible)})",
