@@ -3,7 +3,7 @@ policy, signals from two scrapes, and the autoscaler's decide()."""
 
 from dataclasses import dataclass
 
-from floodway.operator.autoscaler.policy import AutoscalerPolicy, Decision, ScalerState, decide
+from floodway.operator.autoscaler.policy import TARGET_BATCH_SHARE, AutoscalerPolicy, Decision, ScalerState, decide
 from floodway.operator.autoscaler.signals import Scrape, Signals, signals_between
 from floodway.operator.spec import InferenceServiceSpec
 
@@ -12,7 +12,8 @@ def autoscaler_policy(spec: InferenceServiceSpec) -> AutoscalerPolicy:
     a = spec.autoscaling
     return AutoscalerPolicy(
         min_replicas=spec.replicas.min, max_replicas=spec.replicas.max, interval_s=a.interval_seconds,
-        target_concurrency=a.target_concurrency, kv_target=a.kv_cache_target, slo_attainment=spec.slo.attainment,
+        target_concurrency=a.target_concurrency or TARGET_BATCH_SHARE * spec.engine.max_num_seqs,
+        kv_target=a.kv_cache_target, slo_attainment=spec.slo.attainment,
         scale_up_window_s=a.scale_up_window_seconds, max_step_up=a.max_scale_up_step,
         panic_threshold=a.panic_threshold, panic_hold_s=a.panic_hold_seconds,
         scale_down_stabilization_s=a.scale_down_stabilization_seconds,

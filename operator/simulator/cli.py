@@ -23,7 +23,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         ttft_slo: float = typer.Option(None, help="TTFT SLO in seconds."),
         tpot_slo: float = typer.Option(None, help="TPOT SLO in seconds."),
         attainment: float = typer.Option(0.99, help="SLO attainment target."),
-        target_concurrency: float = typer.Option(None, help="Our policy's (and KPA's) in-flight target per replica."),
+        target_concurrency: float = typer.Option(None, help="Our policy's (and KPA's) in-flight target per replica "
+                                                 "(default: the spec's, 5/8 of the batch)."),
         overflow_max_waiting: float = typer.Option(None, help="Gateway overflows at this many waiting per replica "
                                                               "(default: the spec's overflow.maxWaitingPerReplica)."),
         overflow_ttft_factor: float = typer.Option(None, help="Gateway overflows when the predicted TTFT exceeds this "

@@ -69,7 +69,7 @@ def prepare(opts: Options):
     ttft, tpot = _pick(opts.ttft_slo_s, sc.ttft_slo_s), _pick(opts.tpot_slo_s, sc.tpot_slo_s)
     if opts.cold_start_s < 0:
         raise ValueError("cold start must be >= 0 seconds")
-    spec = simulated_spec(profile, ttft, tpot, opts.attainment, _pick(opts.target_concurrency, sc.target_concurrency),
+    spec = simulated_spec(profile, ttft, tpot, opts.attainment, opts.target_concurrency,
                           opts.scale_to_zero_s, opts.overflow_max_waiting)
     ours, overflow = policies(spec)
     ours = replace(ours, overflow_share=_pick(opts.overflow_share, ours.overflow_share))

@@ -16,7 +16,6 @@ class Scenario:
     ttft_slo_s: float = 0.5
     tpot_slo_s: float = 0.05
     max_num_seqs: int = 64
-    target_concurrency: float = 48.0
 
 
 SCENARIOS = {
@@ -27,7 +26,7 @@ SCENARIOS = {
     "azure-2x": Scenario("azure-conv", "Azure 2023 conversation trace replayed 2x faster (58 min -> 29 min)",
                          compress=2.0),
     "mooncake": Scenario("mooncake", "Mooncake conversation trace (long prompts), 3 s ticks spread",
-                         spread_tick_s=3.0, ttft_slo_s=5.0, tpot_slo_s=0.1, target_concurrency=20.0),
+                         spread_tick_s=3.0, ttft_slo_s=5.0, tpot_slo_s=0.1),
     "idle-burst": Scenario("idle-burst:base_rate=0.2,burst_rate=25,burst_at_s=1800,burst_len_s=2400,bursts=1,"
                            "duration_s=28800",
                            "8 h mostly idle (0.2 req/s) with one 40 min burst of 25 req/s (11x the mean)"),
@@ -41,7 +40,7 @@ SCENARIOS = {
     "diurnal": Scenario("diurnal:low_rate=0.5,high_rate=8,period_s=1800,duration_s=1800",
                         "a day compressed into 30 min: 0.5 -> 8 -> 0.5 req/s along a cosine"),
     "mooncake-2x": Scenario("mooncake", "Mooncake conversation trace replayed 2x faster", compress=2.0,
-                            spread_tick_s=3.0, ttft_slo_s=5.0, tpot_slo_s=0.1, target_concurrency=20.0),
+                            spread_tick_s=3.0, ttft_slo_s=5.0, tpot_slo_s=0.1),
     "short-bursts": Scenario("idle-burst:base_rate=0.3,burst_rate=20,burst_at_s=600,burst_len_s=90,bursts=3,"
                              "gap_s=1020,duration_s=3600",
                              "1 h at 0.3 req/s with three 90 s bursts of 20 req/s (11x the mean), shorter than "

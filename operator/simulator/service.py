@@ -26,13 +26,15 @@ def capacity_fields(profile: ReplicaProfile, tpot_slo_s: float) -> dict:
 
 
 def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float, attainment: float,
-                   target_concurrency: float, scale_to_zero_s: float | None = None,
+                   target_concurrency: float | None = None, scale_to_zero_s: float | None = None,
                    max_waiting_per_replica: float | None = None) -> InferenceServiceSpec:
     """The spec of the simulated service; None settings keep the spec's defaults."""
     overflow = dict(SIMULATED_API)
     if max_waiting_per_replica is not None:
         overflow["maxWaitingPerReplica"] = max_waiting_per_replica
-    autoscaling = {"targetConcurrency": target_concurrency, **capacity_fields(profile, tpot_slo_s)}
+    autoscaling = capacity_fields(profile, tpot_slo_s)
+    if target_concurrency is not None:
+        autoscaling["targetConcurrency"] = target_concurrency
     if scale_to_zero_s is not None:
         autoscaling["scaleToZeroAfterSeconds"] = scale_to_zero_s
     return InferenceServiceSpec.model_validate({

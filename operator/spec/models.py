@@ -219,8 +219,9 @@ class AutoscalingSpec(SpecModel):
     through the scale subresource and the operator follows it (see the chart's examples/external-autoscaling)."""
     interval_seconds: float = Field(_POLICY.interval_s, gt=0)
     """Seconds between two autoscaler decisions."""
-    target_concurrency: float = Field(_POLICY.target_concurrency, gt=0)
-    """Requests in flight (running plus queued) per replica at which a replica still meets the SLO."""
+    target_concurrency: float | None = Field(None, gt=0)
+    """Requests in flight (running plus queued) per replica at which a replica still meets the SLO. Unset: 5/8 of
+    engine.maxNumSeqs (the rest of the batch is headroom for the arrivals of a decision interval)."""
     kv_cache_target: float = Field(_POLICY.kv_target, gt=0, le=1)
     """KV-cache usage per replica the autoscaler keeps below."""
     scale_up_window_seconds: float = Field(_POLICY.scale_up_window_s, gt=0)

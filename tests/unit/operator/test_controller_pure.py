@@ -4,7 +4,7 @@ test_lease.py)."""
 import dataclasses
 
 import pytest
-from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState
+from floodway.operator.autoscaler.policy import TARGET_BATCH_SHARE, AutoscalerPolicy, ScalerState
 from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals
 from floodway.operator.controller.conditions import set_condition, transition_events
 from floodway.operator.controller.kube import object_path
@@ -26,8 +26,15 @@ def spec(**kw) -> InferenceServiceSpec:
 def test_spec_defaults_are_the_autoscaler_defaults():
     mapped, default = autoscaler_policy(spec()), AutoscalerPolicy()
     for f in dataclasses.fields(AutoscalerPolicy):
-        if f.name not in ("min_replicas", "max_replicas", "assumed_request_s"):
+        if f.name not in ("min_replicas", "max_replicas", "assumed_request_s", "target_concurrency"):
             assert getattr(mapped, f.name) == getattr(default, f.name), f.name
+
+
+def test_target_concurrency_defaults_to_a_share_of_the_batch():
+    assert autoscaler_policy(spec()).target_concurrency == TARGET_BATCH_SHARE * 64 == 40  # engine.maxNumSeqs 64
+    assert autoscaler_policy(spec(engine={"maxNumSeqs": 256})).target_concurrency == 160
+    given = spec(engine={"maxNumSeqs": 256}, autoscaling={"targetConcurrency": 12})
+    assert autoscaler_policy(given).target_concurrency == 12
 
 
 def test_policy_follows_the_spec():

@@ -47,9 +47,9 @@ def test_a_profile_becomes_the_spec_fields_and_both_paths_decide_alike(tmp_path)
     # What a user applies after reading those fields off `floodway simulate --profile` (the simulator's bounds).
     spec = InferenceServiceSpec.model_validate({
         "model": "m", "replicas": {"min": 1, "max": 8}, "slo": {"ttftMs": 500, "tpotMs": 50},
-        "autoscaling": {"targetConcurrency": 48, **fields}, "overflow": SIMULATED_API})
+        "autoscaling": fields, "overflow": SIMULATED_API})
     assert autoscaler_policy(spec) == ours
-    assert ours.per_replica == 28  # decode capacity at the TPOT SLO, under targetConcurrency 48
+    assert ours.per_replica == 28  # decode capacity at the TPOT SLO, under the default targetConcurrency (40)
     # 2 requests in flight, but 20k prompt tokens arrived in 5 s: 4k tokens/s is 8 replicas' worth at half of
     # 1000 tokens/s each; counted in requests it is not even one replica's.
     t = (100.0, 105.0)
