@@ -289,6 +289,11 @@ def test_slo_feedback_ignores_a_shortfall_within_sampling_noise():
     assert decide(state, sig(3, attainment=0.985, **load), replace(P, slo_noise_z=0.0), 0).replicas == 4
     few = dict(load, finished_rate=1.0)  # 10 requests: one miss (0.9) is within 3 standard errors of 0.99
     assert decide(state, sig(3, attainment=0.9, **few), replace(P, slo_noise_z=3.0), 0).replicas == 3
+    # The default two: 18 requests in a tick (spiky seed 3 after its first burst), one miss (0.944) is 1.94
+    # standard errors below 0.99 and holds; two (0.889) add a replica.
+    tick = dict(load, finished_rate=3.6, window_s=5.0)
+    assert decide(state, sig(3, attainment=17 / 18, **tick), P, 0).replicas == 3
+    assert decide(state, sig(3, attainment=16 / 18, **tick), P, 0).replicas == 4
     # The noise filter only gates scale-up: scale-down still waits for attainment at target.
     ds = run(P, ScalerState(6), lambda t, n: sig(n, running=5, attainment=0.985, finished_rate=10.0, window_s=10.0),
              0, 900)
