@@ -365,9 +365,9 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
     what += f" over {p.scale_down_stabilization_s:g} s"
     # Prompt tokens come in bursts shorter than a cold start: keep what the last bursts needed for longer.
     token_peak = max(window(st.tokens, now, p.token_stabilization_s))
-    if math.ceil(token_peak / (p.per_replica * p.scale_down_utilization)) > fits:
-        fits = math.ceil(token_peak / (p.per_replica * p.scale_down_utilization))
-        what = f"prompt tokens up to {token_peak:.1f} over {p.token_stabilization_s:g} s"
+    token_fits = math.ceil(token_peak / (p.per_replica * p.scale_down_utilization))
+    if token_fits > fits:
+        fits, what = token_fits, f"prompt tokens up to {token_peak:.1f} over {p.token_stabilization_s:g} s"
     fits = max(fits, math.ceil(sum(signals.kv_usage) / (p.kv_target * p.scale_down_utilization)))
     new = max(fits, cur - p.max_step_down, floor)
     if new >= cur:
