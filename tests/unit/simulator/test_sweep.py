@@ -71,6 +71,11 @@ def test_a_baseline_target_no_policy_can_meet_with_the_others_is_named_jointly_i
     assert lines[1] == "every jointly feasible target: 2 of 4 rows (spiky 3, long-output 0)"
     assert lines[2] == "a target jointly infeasible: 2 of 4 rows (spiky 2: vs hpa, vs kpa; spiky 3: vs hpa, vs kpa)"
     assert lines[3] == "a baseline Pareto-better than ours: 1 of 4 rows (diurnal 0)"
+    # A target no bound schedule reaches that ours meets anyway is named as met.
+    beaten = Row("mooncake-2x", 1, 100, summary("ours", 0.996, 1.1), 1.0, {"hpa": summary("hpa", 0.995, 3.0)}, None,
+                 ((0.99, 1.0),))
+    assert beaten.misses() == [] and list(beaten.infeasible()) == ["vs hpa"]
+    assert tally([beaten]).splitlines()[2] == "a target jointly infeasible: 1 of 1 rows (mooncake-2x 1: vs hpa (met))"
 
 
 def test_a_miss_of_the_overflow_or_the_bound_says_what_reacting_to_the_past_needs_for_both():
