@@ -130,7 +130,7 @@ def tally(rows: list[Row]) -> str:
     def names(rs):
         return ", ".join(f"{r.scenario} {r.seed}" for r in rs) or "none"
 
-    def infeasible(r):  # ours may meet such a target anyway: the bound is a premise, not a law
+    def marked(r):  # ours may meet such a target anyway: the bound is a premise, not a law
         return [m if m in r.misses() else f"{m} (met)" for m in r.infeasible()]
     every = [r for r in rows if not r.misses()]
     feasible = [r for r in rows if set(r.misses()) <= set(r.infeasible())]
@@ -141,7 +141,7 @@ def tally(rows: list[Row]) -> str:
         f"every target: {len(every)} of {len(rows)} rows ({names(every)})",
         f"every jointly feasible target: {len(feasible)} of {len(rows)} rows ({names(feasible)})",
         f"a target jointly infeasible: {len(blocked)} of {len(rows)} rows ("
-        + ("; ".join(f"{r.scenario} {r.seed}: {', '.join(infeasible(r))}" for r in blocked) or "none") + ")",
+        + ("; ".join(f"{r.scenario} {r.seed}: {', '.join(marked(r))}" for r in blocked) or "none") + ")",
         f"a baseline Pareto-better than ours: {len(dominated)} of {len(rows)} rows ({names(dominated)})",
         f"missing the overflow or the bound where no reactive schedule meets both within {BOUND_FACTOR:g}x either: "
         f"{len(hard)} of {len(rows)} rows ({names(hard)})"])
