@@ -46,17 +46,18 @@ async def _paired(engine_url: str, gateway_url: str, body: dict, expected: int, 
     return _summary(direct, expected), _summary(via, expected), added
 
 
-def _added_buckets(metrics_text: str) -> list[tuple[float, float]]:
-    """(upper bound, cumulative count) of floodway_gateway_added_latency_seconds."""
+def histogram_buckets(metrics_text: str, name: str = "floodway_gateway_added_latency_seconds"
+                      ) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of an unlabelled histogram."""
     buckets = []
     for line in metrics_text.splitlines():
-        if line.startswith("floodway_gateway_added_latency_seconds_bucket"):
+        if line.startswith(name + "_bucket"):
             le = line.split('le="')[1].split('"')[0]
             buckets.append((float(le), float(line.rsplit(" ", 1)[1])))
     return buckets
 
 
-def _bucket_quantile(before: list, after: list, q: float) -> float:
+def bucket_quantile(before: list, after: list, q: float) -> float:
     """Upper bound of the bucket holding quantile q of the observations made between two scrapes."""
     counts = [(le, a - b) for (le, a), (_, b) in zip(after, before, strict=True)]
     total = counts[-1][1] if counts else 0
@@ -82,18 +83,18 @@ def _row(name: str, r: dict) -> str:
 def _compare(engine: procs.Proc, gateway: procs.Proc, workload: str, body: dict, expected: int, rate: float,
              duration: float) -> list[str]:
     _wait_idle(engine.url)
-    before, cpu_before = _added_buckets(httpx.get(gateway.url + "/metrics").text), gateway.cpu_seconds()
+    before, cpu_before = histogram_buckets(httpx.get(gateway.url + "/metrics").text), gateway.cpu_seconds()
     started = time.monotonic()
     direct, via, added = asyncio.run(_paired(engine.url, gateway.url, body, expected, rate, duration))
-    after, cpu = _added_buckets(httpx.get(gateway.url + "/metrics").text), gateway.cpu_seconds() - cpu_before
+    after, cpu = histogram_buckets(httpx.get(gateway.url + "/metrics").text), gateway.cpu_seconds() - cpu_before
     return [f"-- {workload}: {rate:g} req/s in all for {duration:g} s (pairs: one direct, one via the gateway)",
             _row("direct", direct), _row("via gateway", via),
             f"{'difference':<18} {'':>6} {'':>6} {'':>6} {via['throughput'] / direct['throughput']:>7.2f}x "
             f"{(via['p50'] - direct['p50']) * 1000:>9.2f} {(via['p99'] - direct['p99']) * 1000:>9.2f}",
             f"{'added, paired':<18} {len(added):>6} {'':>6} {'':>6} {'':>8} {quantile(added, 0.5) * 1000:>9.2f} "
             f"{quantile(added, 0.99) * 1000:>9.2f}",
-            f"gateway in-process (received -> sent upstream): p50 <= {_bucket_quantile(before, after, 0.5) * 1000:.2f}"
-            f" ms, p99 <= {_bucket_quantile(before, after, 0.99) * 1000:.2f} ms (bucket bounds); gateway CPU "
+            f"gateway in-process (received -> sent upstream): p50 <= {bucket_quantile(before, after, 0.5) * 1000:.2f}"
+            f" ms, p99 <= {bucket_quantile(before, after, 0.99) * 1000:.2f} ms (bucket bounds); gateway CPU "
             f"{cpu:.2f} s over {time.monotonic() - started:.1f} s, {cpu / via['sent'] * 1000:.2f} ms per request "
             "(warm-up and scrapes included)"]
 

@@ -215,13 +215,14 @@ def _start_engines(n: int, model: str, args: list[str], tmp: str) -> list[procs.
     return started
 
 
-def _start_gateway(engines: list[procs.Proc], prefix_aware: bool, seed: int, tmp: str) -> procs.Proc:
+def _start_gateway(engines: list[procs.Proc], prefix_aware: bool, seed: int, tmp: str, **config) -> procs.Proc:
+    """A gateway over `engines`; `config`: more of its config's top-level keys."""
     port = procs.free_port()
     path = os.path.join(tmp, f"gateway-{prefix_aware}-{seed}.yaml")
     with open(path, "w") as f:
         yaml.safe_dump({"host": "127.0.0.1", "port": port, "scrape_interval_s": 0.2,
                         "backends": {"static": [e.url for e in engines]},
-                        "routing": {"seed": seed, "prefix_aware": prefix_aware}}, f)
+                        "routing": {"seed": seed, "prefix_aware": prefix_aware}, **config}, f)
     return procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", path, "--log-level", "warning"], port,
                        timeout_s=60, log_path=os.path.join(tmp, f"gateway-{prefix_aware}-{seed}.log"))
 

@@ -1,4 +1,4 @@
-"""`floodway gateway --config FILE`, `floodway bench gateway` and `floodway bench routing`."""
+"""`floodway gateway --config FILE` and the gateway's benches: `floodway bench gateway|prediction|routing`."""
 
 from __future__ import annotations
 
@@ -53,6 +53,28 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         with _exit_2_on_value_error():
             typer.echo(run_bench(rate, duration, model, max_tokens))
+
+    @bench_app.command("prediction")
+    def bench_prediction(
+        engines: int = typer.Option(1, help="Engine processes behind the gateway."),
+        requests: int = typer.Option(400, help="Distinct streamed prompts of 40-400 tokens, sent once each."),
+        rate: float = typer.Option(14.0, help="Requests per second (fixed rate, open loop): with the other "
+                                   "defaults, queues near the SLO without growing for good."),
+        ttft_slo_ms: float = typer.Option(500.0, help="The gateway's TTFT SLO: answers predicted at least half its "
+                                          "overflow threshold are measured (no overflow API: all stay local)."),
+        step_delay_ms: int = typer.Option(20, help="Each engine step takes at least this much more."),
+        max_num_batched_tokens: int = typer.Option(128, help="Token budget of one engine step: prefill in chunks."),
+        max_num_seqs: int = typer.Option(64, help="Sequences per engine batch."),
+        max_tokens: int = typer.Option(8, help="Tokens generated per request."),
+        model: str = typer.Option("floodway/tiny-llama", help="Model the engines serve."),
+        seed: int = typer.Option(0, help="Draws the prompts' lengths and the gateway's routing."),
+    ) -> None:
+        """Actual over predicted TTFT on real engines: the error the gateway's predicted_ttft_factor must cover."""
+        from floodway.operator.gateway.bench_prediction import run_bench as run_prediction
+
+        with _exit_2_on_value_error():
+            typer.echo(run_prediction(engines, requests, rate, ttft_slo_ms, step_delay_ms, max_num_batched_tokens,
+                                      max_num_seqs, max_tokens, model, seed))
 
     @bench_app.command("routing")
     def bench_routing(

@@ -5,11 +5,18 @@ Labels never carry request content or secrets: backend ids (engine URL or pod), 
 
 from __future__ import annotations
 
+from floodway.operator.gateway.overflow import OverflowPolicy
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # Sub-millisecond resolution: the gateway's own overhead is what this histogram is for.
 _ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# One bound at 1 / the default predicted_ttft_factor: where that margin stops covering the prediction's error.
+MARGIN_BOUND = round(1 / OverflowPolicy.predicted_ttft_factor, 3)
+# With a TTFT SLO, answers predicted at least this share of the overflow threshold (factor x SLO) count: far below
+# it, fixed costs such as HTTP and a step's length set the ratio, and nothing was at risk.
+WATCHED_SHARE = 0.5
+_RATIO_BUCKETS = tuple(sorted({0.5, 0.8, 0.9, 1.0, MARGIN_BOUND, 1.25, 1.5, 2.0, 3.0, 5.0}))
 
 
 class GatewayMetrics:
@@ -30,6 +37,11 @@ class GatewayMetrics:
             "sent (parsing, decision, routing), holds excluded", buckets=_ADDED_BUCKETS, registry=r)
         self.hold_seconds = Histogram("floodway_gateway_hold_seconds", "Time requests spent held",
                                       buckets=_HOLD_BUCKETS, registry=r)
+        self.ttft_over_predicted = Histogram(
+            "floodway_gateway_ttft_over_predicted", "Streamed local answers with prompt tokens ahead of them (with a "
+            "TTFT SLO: predicted at least half the overflow threshold, predicted_ttft_factor x the SLO): time to first "
+            "byte over the TTFT the gateway predicted when it sent them. Above 1 / predicted_ttft_factor, a request "
+            "kept local within the overflow margin can miss the SLO", buckets=_RATIO_BUCKETS, registry=r)
         self.budget_requests = Gauge("floodway_gateway_overflow_budget_requests_left",
                                      "Overflow requests left in the per-minute budget (-1: unlimited)", registry=r)
         self.budget_tokens = Gauge("floodway_gateway_overflow_budget_tokens_left",

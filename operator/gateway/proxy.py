@@ -23,7 +23,7 @@ from dataclasses import replace
 import aiohttp
 from floodway.operator.gateway.backends import BackendTable
 from floodway.operator.gateway.config import GatewayConfig
-from floodway.operator.gateway.metrics import GatewayMetrics
+from floodway.operator.gateway.metrics import WATCHED_SHARE, GatewayMetrics
 from floodway.operator.gateway.overflow import (
     BreakerState,
     BudgetState,
@@ -209,6 +209,10 @@ class Gateway:
     async def _local(self, backend, path: str, body: bytes, stream: bool, t0: float | None, prompt: int) -> Answer:
         """prompt: the tokens it likely has to prefill there (not in its prefix cache)."""
         backlog = backend.backlog  # prompt tokens ahead of this one there
+        watched = predict_ttft_from_backlog(backlog, prompt, self.prefill_rate)  # its error, near the threshold
+        slo = self.policy.ttft_slo_s
+        if watched and slo is not None and watched < WATCHED_SHARE * self.policy.predicted_ttft_factor * slo:
+            watched = None
         backend.in_flight += 1
         backend.pending_tokens += prompt
         pending = [prompt]  # released at the first byte, or when the attempt ends without one
@@ -226,9 +230,12 @@ class Gateway:
 
         def first_byte(status: int) -> None:
             release()
-            rate = (prefill_rate_sample(backlog, prompt, time.perf_counter() - sent) if stream and status < 400
-                    else None)
-            old = self.prefill_rate
+            if not stream or status >= 400:  # a whole answer's first byte comes after its last token
+                return
+            ttft = time.perf_counter() - sent
+            if watched:
+                self.metrics.ttft_over_predicted.observe(ttft / watched)
+            rate, old = prefill_rate_sample(backlog, prompt, ttft), self.prefill_rate
             if rate is not None:
                 self.prefill_rate = rate if old is None else (1 - _EWMA) * old + _EWMA * rate
 

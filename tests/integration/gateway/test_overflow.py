@@ -12,7 +12,8 @@ import httpx
 import pytest
 from floodway.operator import procs
 from floodway.operator.gateway.backends import parse_engine_load
-from floodway.operator.gateway.loadgen import send_at_rate
+from floodway.operator.gateway.bench_prediction import run_bench as run_prediction
+from floodway.operator.gateway.loadgen import send_at_rate, send_each_at_rate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -23,6 +24,14 @@ PLAIN = {**STREAM, "max_tokens": 8, "stream": False}
 # whatever the CPU; no more, as every local request of a test must also finish on a loaded machine
 LONG = {**PLAIN, "max_tokens": 16}
 THRESHOLD = 2  # max_waiting_per_replica in the overflow_config fixture
+
+
+def long_prompts(n: int, first: int = 0) -> list[dict]:
+    """Streamed requests of ~1600 characters each (400 prompt tokens by the gateway's estimate, characters / 4),
+    no two alike from their first block: the gateway expects a prompt it has sent before to hit the engine's
+    prefix cache, which leaves nothing to prefill."""
+    return [{**STREAM, "prompt": f"report {i}: " + "the river rose over the fields and into the town " * 32}
+            for i in range(first, first + n)]
 
 
 async def _first_crossing(local, stop: asyncio.Event, seen: list) -> None:
@@ -79,6 +88,54 @@ def test_burst_engages_overflow_within_a_second_and_loses_nothing(engines, gatew
     assert metric(gw.url, "floodway_gateway_requests_total", outcome="ok") == len(results)
     assert metric(gw.url, "floodway_gateway_added_latency_seconds_count") >= len(results) - 5
     no_secret_anywhere(gw, *(r.body for r in results))
+
+
+def test_long_prompts_overflow_on_predicted_ttft(engines, gateway, overflow_config, metric):
+    """The backlog trigger on real engines, with the queue trigger out of reach: once a streamed answer has shown
+    the engines' prefill rate (LOCAL_ARGS: at most one step per 50 ms, so at most ~8000 of these prompt tokens/s),
+    a burst of long prompts puts more prompt tokens ahead of each new one than a 300 ms TTFT SLO lets an engine
+    prefill, and the gateway overflows the rest on the predicted TTFT, losing nothing. A slower machine shows a
+    lower rate, so it overflows more, never none."""
+    gw = gateway(overflow_config(max_waiting_per_replica=1000) | {"slo": {"ttft_ms": 300}})
+    url = gw.url + "/v1/completions"
+    first = asyncio.run(send_each_at_rate(url, long_prompts(1), 1))  # nothing ahead of it: local; shows the rate
+    assert not failures(first) and first[0].backend != "overflow"
+    results = asyncio.run(send_each_at_rate(url, long_prompts(24, 1), 200))
+    assert not failures(results)
+    assert all(r.body.rstrip().endswith("data: [DONE]") for r in results)
+    overflowed = [r for r in results if r.backend == "overflow"]
+    print(f"{len(overflowed)}/{len(results)} overflowed on the predicted TTFT")
+    assert overflowed and len(overflowed) < len(results)  # the first of the burst on each engine has nothing ahead
+    assert metric(gw.url, "floodway_gateway_overflow_total", reason="predicted_ttft") == len(overflowed)
+
+
+def test_ttft_over_predicted_observes_answers_with_prompts_ahead(engines, gateway, metric):
+    """Streamed answers sent with prompt tokens ahead of them on their engine feed the histogram of actual over
+    predicted TTFT: the prediction's error, which `predicted_ttft_factor` must cover. No SLO here, so nothing
+    overflows; four at once on one engine that starts two per 50 ms step."""
+    gw = gateway({"served_models": [MODEL], "scrape_interval_s": 0.2, "backends": {"static": [engines[0].url]}})
+    url = gw.url + "/v1/completions"
+    assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(1), 1)))  # shows the rate; nothing ahead
+    assert metric(gw.url, "floodway_gateway_ttft_over_predicted_count") == 0
+    assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(4, 1), 1000)))
+    observed = metric(gw.url, "floodway_gateway_ttft_over_predicted_count")
+    assert 1 <= observed <= 3  # the first of the four may find nothing ahead; every later one finds it at least
+    assert metric(gw.url, "floodway_gateway_ttft_over_predicted_sum") > 0
+    # With a TTFT SLO only answers predicted at least half the overflow threshold count: none of these, at 60 s.
+    far = gateway({"served_models": [MODEL], "scrape_interval_s": 0.2, "backends": {"static": [engines[0].url]},
+                   "slo": {"ttft_ms": 60_000}})
+    url = far.url + "/v1/completions"
+    assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(1, 10), 1)))
+    assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(4, 11), 1000)))
+    assert metric(far.url, "floodway_gateway_ttft_over_predicted_count") == 0
+    assert metric(far.url, "floodway_gateway_requests_total", outcome="ok") == 5
+
+
+def test_bench_prediction_runs_end_to_end():
+    """`floodway bench prediction`, shrunk: it starts its processes, answers every prompt, reports, and stops."""
+    out = run_prediction(engines=1, requests=6, rate=20.0, ttft_slo_ms=500, step_delay_ms=20,
+                         max_num_batched_tokens=128, max_num_seqs=64, max_tokens=2, model=MODEL)
+    assert "answered 6/6" in out and "actual / predicted TTFT over the" in out, out
 
 
 def test_opt_out_header_keeps_requests_local(engines, gateway, overflow_config, metric):

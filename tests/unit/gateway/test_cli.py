@@ -17,3 +17,9 @@ def test_gateway_rejects_a_bad_config_with_a_clear_error(tmp_path):
 def test_bench_gateway_rejects_bad_arguments():
     result = CliRunner().invoke(app, ["bench", "gateway", "--rate", "0"])
     assert result.exit_code == 2 and "must be > 0" in result.output
+
+
+def test_bench_prediction_rejects_bad_arguments():
+    for args in (["--rate", "0"], ["--ttft-slo-ms", "0"], ["--requests", "0"]):
+        result = CliRunner().invoke(app, ["bench", "prediction", *args])
+        assert result.exit_code == 2 and "must be" in result.output, args
