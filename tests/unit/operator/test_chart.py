@@ -2,12 +2,14 @@
 against the Kubernetes OpenAPI schemas."""
 
 import json
+import re
 import subprocess
 
 import pytest
 import yaml
 from floodway.operator.controller.kube import PLURALS
 from floodway.operator.crdgen.files import REPO_ROOT
+from floodway.operator.gateway.metrics import MARGIN_BOUND, GatewayMetrics
 from floodway.operator.render import Images, Owner, render
 from floodway.operator.spec import InferenceServiceSpec
 
@@ -156,6 +158,15 @@ def test_chart_crd_is_the_generated_one(helm):
 def test_dashboard_is_valid_json():
     dash = json.loads((CHART / "dashboards" / "floodway.json").read_text())
     assert dash["uid"] == "floodway-overview" and len(dash["panels"]) >= 6
+
+
+def test_dashboard_queries_only_what_the_gateway_exports():
+    exprs = " ".join(t["expr"] for p in json.loads((CHART / "dashboards" / "floodway.json").read_text())["panels"]
+                     for t in p["targets"])
+    families = set(re.findall(r"^# TYPE (\S+)", GatewayMetrics().render().decode(), re.M))
+    queried = set(re.findall(r"floodway_gateway_\w+", exprs))
+    assert queried and all({q, re.sub(r"_(bucket|count|sum)$", "", q)} & families for q in queried), queried
+    assert f'le="{MARGIN_BOUND:g}"' in exprs  # a bucket bound the histogram has
 
 
 @pytest.mark.parametrize("kw", [{}, {"engine": {"runtime": "vllm"}, "resources": {"gpus": 2, "tolerations": [
