@@ -38,6 +38,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                   help="The gateway predicts TTFT from the prefill tokens ahead "
                                                        "of the request (the gateway's rule); --no-: from waiting "
                                                        "counts and mean latency (the former rule)."),
+        learned_prefill_rate: bool = typer.Option(False, "--learned-prefill-rate",
+                                                  help="The backlog prediction divides by the prefill rate "
+                                                       "earlier answers showed up to their first token, as the "
+                                                       "real gateway does (default: the replica model's own)."),
         prefill_budget: bool = typer.Option(True, "--prefill-budget/--no-prefill-budget",
                                             help="Replicas budget each step's prefill to keep the TPOT SLO "
                                                  "(the engine's --tpot-slo-ms, set by the operator)."),
@@ -68,7 +72,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 target_concurrency=target_concurrency, overflow_max_waiting=overflow_max_waiting,
                 overflow_ttft_factor=overflow_ttft_factor, overflow_rpm=overflow_rpm,
                 waiting_includes_prefill=waiting_includes_prefill, scale_to_zero_s=scale_to_zero,
-                ttft_from_prefill_backlog=prefill_backlog_ttft, prefill_budget=prefill_budget,
+                ttft_from_prefill_backlog=prefill_backlog_ttft, learned_prefill_rate=learned_prefill_rate,
+                prefill_budget=prefill_budget,
                 overflow_share=overflow_share, prefix=prefix_cache,
                 static_peak=static_peak, traces_dir=traces_dir, seed=seed)
             if sweep:

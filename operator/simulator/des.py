@@ -58,6 +58,9 @@ class SimConfig:
     # (as the gateway does: engines export floodway_num_prefill_tokens_waiting), or from waiting counts and
     # an end-to-end latency average (the former gateway's rule, for comparison).
     ttft_from_prefill_backlog: bool = True
+    # With it, the rate that backlog is divided by: the replica model's own step costs (an ideal gateway), or, as
+    # the real gateway does, the prompt tokens/s earlier answers showed up to their first token (EWMA 0.2).
+    learned_prefill_rate: bool = False
     # TPOT protection in the replicas (the engine's --tpot-slo-ms at the TPOT SLO, as the operator renders it).
     prefill_budget: bool = True
     # Prefix caching in the replicas and the gateway's router: None (not modelled), "load" or "prefix".
@@ -139,6 +142,8 @@ class Simulation:
         self.budget = ov.BudgetState()
         self.state = ScalerState(replicas=scaler.initial_replicas)
         self.e2e_ewma = None
+        self.prefill_rate: float | None = None  # learned_prefill_rate: the gateway's, from its answers so far
+        self._unsampled: list[tuple[SimRequest, float, float, int]] = []  # (request, backlog, sent at, uncached)
         self.gw_requests = self.gw_overflow = 0  # the gateway's counters
         self.last_scrape: Scrape | None = None
         self.timeline: list[dict] = []
@@ -192,7 +197,7 @@ class Simulation:
         hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)} \
             if r.blocks else {}
         loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage,
-                             sum(q.left for q in (*s.replica.prefilling, *s.replica.queue)), recent[i])  # prefill work
+                             s.replica.backlog, recent[i])  # prefill work
                  for i, s in enumerate(ready)] if hits else []
         if any(prefix_gains(loads, hits, self.cfg.prefix_policy).values()):
             i = int(pick_prefix(loads, hits, self.rng, weights, self.cfg.prefix_policy, prompt_tokens=r.prompt).id)
@@ -202,7 +207,19 @@ class Simulation:
         ready[i].recent_at = t
         return ready[i]
 
-    def _pool(self, r: SimRequest) -> ov.PoolState:
+    def _learn_prefill_rate(self, t: float) -> None:
+        """The real gateway's rate samples (overflow.prefill_rate_sample) of the first tokens seen by `t`, in the
+        order they came."""
+        seen = [x for x in self._unsampled if x[0].first_token_s is not None and x[0].first_token_s <= t]
+        if not seen:
+            return
+        self._unsampled = [x for x in self._unsampled if x[0].first_token_s is None or x[0].first_token_s > t]
+        for req, backlog, sent, uncached in sorted(seen, key=lambda x: x[0].first_token_s):
+            rate = ov.prefill_rate_sample(backlog, uncached, req.first_token_s - sent)
+            if rate is not None:
+                self.prefill_rate = rate if self.prefill_rate is None else 0.8 * self.prefill_rate + 0.2 * rate
+
+    def _pool(self, r: SimRequest, t: float) -> ov.PoolState:
         ready = self._routable()
         n = len(ready)
         waiting = sum(s.replica.waiting for s in ready)
@@ -210,7 +227,10 @@ class Simulation:
             waiting += sum(len(s.replica.prefilling) for s in ready)
         running = sum(s.replica.running for s in ready)
         pred = None
-        if n and self.cfg.ttft_from_prefill_backlog:
+        if n and self.cfg.ttft_from_prefill_backlog and self.cfg.learned_prefill_rate:
+            self._learn_prefill_rate(t)
+            pred = ov.predict_ttft_from_backlog(self._pick(ready).replica.backlog, r.prompt, self.prefill_rate)
+        elif n and self.cfg.ttft_from_prefill_backlog:
             pred = self._pick(ready).replica.ttft_ahead_s(r.prompt)
         elif n:
             # The request's own prefill time stands in for the gateway's base TTFT estimate.
@@ -222,14 +242,17 @@ class Simulation:
         """Route one request by the gateway's overflow rule; False when it stays held."""
         pol = self.cfg.overflow
         info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
-        d = ov.overflow_decision(self._pool(r), pol, info, t)
+        d = ov.overflow_decision(self._pool(r, t), pol, info, t)
         if d.target == "local":
             best = self._route(r, t)
             r.where = "local"
             if not best.replica.fits(r):
                 r.where = "rejected"
                 return True
+            backlog = best.replica.backlog
             best.replica.submit(r, t)
+            if self.cfg.learned_prefill_rate:  # r.left: what its prefix cache leaves, as the gateway's index expects
+                self._unsampled.append((r, backlog, t, r.left))
             best.prompt_tokens += r.prompt
         elif d.target == "overflow":
             self.budget = ov.budget_take(self.budget, pol.budget, info.tokens, t)

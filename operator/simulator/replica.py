@@ -134,12 +134,17 @@ class Replica:
     def busy(self) -> bool:
         return bool(self.queue or self.prefilling or self.decoding)
 
+    @property
+    def backlog(self) -> int:
+        """Prompt tokens waiting for prefill (the engine's floodway_num_prefill_tokens_waiting)."""
+        return sum(r.left for r in self.prefilling) + sum(r.left for r in self.queue)
+
     def ttft_ahead_s(self, prompt: int) -> float:
         """TTFT of a `prompt`-token request sent now if nothing else arrives: the prefill queued and in progress
         ahead of it plus its own, in chunks that share each step with the current decode batch."""
         b = len(self.decoding)
         chunk = max(self._prefill_cap(b), 1)
-        ahead = sum(r.left for r in self.prefilling) + sum(r.left for r in self.queue) + prompt
+        ahead = self.backlog + prompt
         full, rest = divmod(ahead, chunk)
         decode = self._decode_s(b)
         return full * decode + ahead / self.p.prefill_tokens_per_s + (decode if rest else 0.0)

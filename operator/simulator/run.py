@@ -33,6 +33,7 @@ class Options:
     overflow_rpm: float | None = None
     waiting_includes_prefill: bool = False
     ttft_from_prefill_backlog: bool = True
+    learned_prefill_rate: bool = False  # SimConfig.learned_prefill_rate
     prefill_budget: bool = True
     scale_to_zero_s: float | None = None
     overflow_share: float | None = None  # None: the spec's autoscaling.overflowShare
@@ -77,7 +78,8 @@ def prepare(opts: Options):
                        predicted_ttft_factor=_pick(opts.overflow_ttft_factor, overflow.predicted_ttft_factor))
     cfg = SimConfig(profile=profile, cold_start_s=opts.cold_start_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
                     waiting_includes_prefill=opts.waiting_includes_prefill,
-                    ttft_from_prefill_backlog=opts.ttft_from_prefill_backlog, prefill_budget=opts.prefill_budget,
+                    ttft_from_prefill_backlog=opts.ttft_from_prefill_backlog,
+                    learned_prefill_rate=opts.learned_prefill_rate, prefill_budget=opts.prefill_budget,
                     prefix=opts.prefix, overflow=overflow)
     specs = [p if not opts.overflow or p.endswith(compare.OVERFLOW_SUFFIX) else p + compare.OVERFLOW_SUFFIX
              for p in opts.policies]

@@ -7,7 +7,7 @@ from floodway.operator.autoscaler.baselines import StaticPolicy, decide_static
 from floodway.operator.autoscaler.policy import AutoscalerPolicy, Decision, decide
 from floodway.operator.gateway.overflow import OverflowPolicy
 from floodway.operator.simulator import compare
-from floodway.operator.simulator.des import Scaler, SimConfig, simulate
+from floodway.operator.simulator.des import Scaler, SimConfig, Simulation, simulate
 from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.simulator.report import summarize, table
 from floodway.operator.simulator.traces import idle_then_burst, steps
@@ -104,3 +104,9 @@ def test_predicting_ttft_from_the_prefill_backlog_overflows_what_would_miss_the_
     backlog = summarize(simulate(tr, static(1), cfg))
     assert backlog.attainment > average.attainment and backlog.attainment >= 0.99
     assert 0 < backlog.overflow_share < 1
+    # As the real gateway predicts: the backlog at the prefill rate earlier answers showed up to their first
+    # token, learned from the answers (none before the first), not read from the replica model.
+    sim = Simulation(tr, static(1), replace(cfg, learned_prefill_rate=True))
+    learned = summarize(sim.run())
+    assert learned.attainment > average.attainment and 0 < learned.overflow_share < 1
+    assert 0.5 * SimConfig().profile.prefill_tokens_per_s < sim.prefill_rate <= SimConfig().profile.prefill_tokens_per_s
