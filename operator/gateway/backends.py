@@ -102,7 +102,16 @@ class PoolTotals:
     ready: int
     waiting: float
     running: float
-    backlog: float = 0.0  # the least prefill backlog among the ready backends
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where routing would send a request (BackendTable.choose), before it is sent there."""
+
+    backend: Backend
+    uncached: int  # prompt tokens it likely has to prefill there (not in its prefix cache)
+    recent_work: float  # the backend's recent work once it takes the request
+    at: float  # when chosen
 
 
 class BackendTable:
@@ -124,11 +133,10 @@ class BackendTable:
     def pick(self, exclude: frozenset[str], keys: list[int] = ()) -> Backend | None:
         return self.route(exclude, keys)[0]
 
-    def route(self, exclude: frozenset[str], keys: list[int] = (),
-              prompt_tokens: int = 0) -> tuple[Backend | None, int]:
+    def choose(self, exclude: frozenset[str], keys: list[int] = (), prompt_tokens: int = 0) -> Choice | None:
         """The backend for a request whose prompt has these prefix `keys` (prefix_index.request_keys) and about
-        `prompt_tokens` tokens, and how many of them it likely has to prefill (not in its cache). It is recorded
-        as holding the keys from now on, and as sent those tokens."""
+        `prompt_tokens` tokens, and how many of them it likely has to prefill (not in its cache); None when no
+        backend is ready. Nothing is recorded before `take`: the overflow rule reads the choice first."""
         now, half_life = self.clock(), self.weights.recent_half_life_s
         loads = [b.load(decayed(b.recent_work, now - b.recent_at, half_life)) for b in self.backends.values()]
         hits: dict[str, float] = {}
@@ -138,18 +146,29 @@ class BackendTable:
             hits = {b.id: self.index.matched(b.id, keys) / len(keys) for b in loads if b.ready}
             chosen = pick_prefix(loads, hits, self.rng, self.weights, self.prefix, exclude, prompt_tokens)
         if chosen is None:
-            return None, 0
+            return None
+        uncached = uncached_tokens(prompt_tokens, hits.get(chosen.id, 0.0))
+        return Choice(self.backends[chosen.id], uncached, chosen.recent_work + sent_work(uncached, self.weights), now)
+
+    def take(self, choice: Choice, keys: list[int] = ()) -> None:
+        """The request goes to the chosen backend: it holds the keys from now on, and was sent those tokens."""
         if self.prefix is not None and keys:
-            self.index.record(chosen.id, keys)
-        backend, uncached = self.backends[chosen.id], uncached_tokens(prompt_tokens, hits.get(chosen.id, 0.0))
-        backend.recent_work, backend.recent_at = chosen.recent_work + sent_work(uncached, self.weights), now
-        return backend, uncached
+            self.index.record(choice.backend.id, keys)
+        choice.backend.recent_work, choice.backend.recent_at = choice.recent_work, choice.at
+
+    def route(self, exclude: frozenset[str], keys: list[int] = (),
+              prompt_tokens: int = 0) -> tuple[Backend | None, int]:
+        """choose, then take: the backend and the tokens it likely has to prefill."""
+        choice = self.choose(exclude, keys, prompt_tokens)
+        if choice is None:
+            return None, 0
+        self.take(choice, keys)
+        return choice.backend, choice.uncached
 
     def totals(self, exclude: frozenset[str] = frozenset()) -> PoolTotals:
         ready = [b for b in self.backends.values() if b.ready and b.id not in exclude]
         loads = [b.load() for b in ready]
-        return PoolTotals(len(loads), sum(b.waiting for b in loads), sum(b.running for b in loads),
-                          min((b.backlog for b in ready), default=0.0))
+        return PoolTotals(len(loads), sum(b.waiting for b in loads), sum(b.running for b in loads))
 
     def mark_unready(self, backend_id: str) -> None:
         """A failed request takes the backend out of rotation until its next good probe."""

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 
 import aiohttp
-from floodway.operator.gateway.backends import BackendTable
+from floodway.operator.gateway.backends import BackendTable, Choice
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.metrics import WATCHED_SHARE, GatewayMetrics
 from floodway.operator.gateway.overflow import (
@@ -116,10 +116,17 @@ class Gateway:
         self._wake.set()
         self._wake = asyncio.Event()
 
-    def pool_state(self, exclude: frozenset[str], held_self: bool, prompt_tokens: int) -> PoolState:
+    def pool_state(self, exclude: frozenset[str], held_self: bool, choice: Choice | None) -> PoolState:
+        """What the overflow rule reads; the predicted TTFT is the request's on the backend routing chose for it
+        (the least backlog among them would be optimistic wherever the router's pick has more ahead)."""
         t = self.table.totals(exclude)
-        predicted = predict_ttft_from_backlog(t.backlog, prompt_tokens, self.prefill_rate) if t.ready else None
-        return PoolState(t.ready, t.waiting, predicted, self.held - held_self, self.budget, self.breaker)
+        return PoolState(t.ready, t.waiting, self.predicted_ttft(choice) if t.ready else None, self.held - held_self,
+                         self.budget, self.breaker)
+
+    def predicted_ttft(self, choice: Choice | None) -> float | None:
+        if choice is None:
+            return None
+        return predict_ttft_from_backlog(choice.backend.backlog, choice.uncached, self.prefill_rate)
 
     def update_gauges(self) -> None:
         b = budget_refill(self.budget, self.policy.budget, self.clock())
@@ -162,18 +169,19 @@ class Gateway:
         try:
             while True:
                 now = self.clock()
-                decision = overflow_decision(self.pool_state(tried, info.held, prompt), self.policy, info, now)
+                choice = self.table.choose(tried, keys, prompt)
+                decision = overflow_decision(self.pool_state(tried, info.held, choice), self.policy, info, now)
                 if decision.target in ("local", "overflow") and held_since is not None:  # leaves the queue
                     self.metrics.hold_seconds.observe(now - held_since)
                     held_since, info = None, replace(info, held=False)
                     self.held -= 1
                     self.metrics.held.set(self.held)
                 if decision.target == "local":
-                    backend, uncached = self.table.route(tried, keys, prompt)
+                    self.table.take(choice, keys)
                     try:
-                        return await self._local(backend, path, body, stream, t0, uncached)
+                        return await self._local(choice, path, body, stream, t0)
                     except _Failed:
-                        tried, info, t0 = tried | {backend.id}, replace(info, local_failed=True), None
+                        tried, info, t0 = tried | {choice.backend.id}, replace(info, local_failed=True), None
                 elif decision.target == "overflow":
                     self.metrics.overflow.labels(decision.reason).inc()
                     try:
@@ -206,10 +214,10 @@ class Gateway:
                 self.metrics.held.set(self.held)
 
     # -- attempts ------------------------------------------------------------------------------------
-    async def _local(self, backend, path: str, body: bytes, stream: bool, t0: float | None, prompt: int) -> Answer:
-        """prompt: the tokens it likely has to prefill there (not in its prefix cache)."""
+    async def _local(self, choice: Choice, path: str, body: bytes, stream: bool, t0: float | None) -> Answer:
+        backend, prompt = choice.backend, choice.uncached  # prompt: the tokens it likely has to prefill there
         backlog = backend.backlog  # prompt tokens ahead of this one there
-        watched = predict_ttft_from_backlog(backlog, prompt, self.prefill_rate)  # its error, near the threshold
+        watched = self.predicted_ttft(choice)  # the overflow rule's prediction, whose error matters near its threshold
         slo = self.policy.ttft_slo_s
         if watched and slo is not None and watched < WATCHED_SHARE * self.policy.predicted_ttft_factor * slo:
             watched = None

@@ -60,3 +60,18 @@ def test_endpoints_from_slices():
         ("fd00::4:8000", "http://[fd00::4]:8000")]
     assert endpoints_from_slices(slices, 9000)[0] == ("10.0.0.2:9000", "http://10.0.0.2:9000")
     assert endpoints_from_slices([{"ports": None, "endpoints": None}], None) == []
+
+
+def test_choose_records_nothing_until_take():
+    """The proxy reads the choice (the overflow rule predicts TTFT there) before the request is sent anywhere."""
+    table = BackendTable(RoutingWeights(), random.Random(0), clock=lambda: 10.0)
+    table.set_endpoints([("a", "http://a"), ("b", "http://b")])
+    for b in table.backends.values():
+        b.ready = True
+    table.backends["a"].pending_tokens = 4000  # a long prompt ahead on a: prefill counts in the load score
+    choice = table.choose(frozenset(), [], 100)
+    assert choice.backend.id == "b" and choice.uncached == 100
+    assert [b.recent_work for b in table.backends.values()] == [0.0, 0.0]
+    table.take(choice)
+    assert table.backends["b"].recent_work == choice.recent_work > 0 and table.backends["b"].recent_at == 10.0
+    assert table.backends["a"].recent_work == 0.0

@@ -10,7 +10,10 @@ from aiohttp import web
 from floodway.engine.outputs import EngineStats
 from floodway.engine.server.metrics import ServerMetrics
 from floodway.operator.gateway.backends import BackendTable
+from floodway.operator.gateway.config import GatewayConfig
+from floodway.operator.gateway.metrics import GatewayMetrics
 from floodway.operator.gateway.overflow import OverflowPolicy, PoolState, RequestInfo, overflow_decision
+from floodway.operator.gateway.proxy import Gateway
 from floodway.operator.gateway.routing import RoutingWeights
 
 pytestmark = pytest.mark.unit
@@ -83,6 +86,27 @@ async def test_the_prefill_backlog_is_read_from_the_scrape_and_raised_by_the_gat
     busy = EngineStats(**{**vars(IDLE), "num_prefill_tokens_waiting": 6000})
     table = await _scraped_table(busy)
     e = table.backends["e"]
-    assert e.prefill_waiting == 6000 and table.totals().backlog == 6000
+    assert e.prefill_waiting == 6000 and e.backlog == 6000
     e.pending_tokens = 9000  # sent since the scrape, no first byte yet
-    assert table.totals().backlog == 9000
+    assert e.backlog == 9000
+
+
+def test_the_overflow_rule_predicts_ttft_where_routing_would_send_the_request():
+    """Not from the least backlog in the pool: an engine with nothing ahead but a full batch loses the pick to one
+    with a long prompt ahead, and the request's TTFT is that engine's (2000 + 100 tokens at 1000 tokens/s: over
+    a 0.5 s SLO, so it overflows; from the least backlog it would have stayed local, predicted at nothing)."""
+    config = GatewayConfig(backends={"static": ["http://a", "http://b"]}, slo={"ttft_ms": 500},
+                           overflow={"enabled": True, "base_url": "http://api/v1"})
+    table = BackendTable(RoutingWeights(), random.Random(0))
+    table.set_endpoints([("a", "http://a"), ("b", "http://b")])
+    for b in table.backends.values():
+        b.ready, b.max_num_seqs = True, 64.0
+    table.backends["a"].in_flight = 60
+    table.backends["b"].pending_tokens = 2000
+    gw = Gateway(config, table, GatewayMetrics(), local=None, remote=None)
+    gw.prefill_rate = 1000.0
+    choice = table.choose(frozenset(), [], 100)
+    pool = gw.pool_state(frozenset(), False, choice)
+    assert choice.backend.id == "b" and pool.predicted_ttft_s == pytest.approx(2.1)
+    decision = overflow_decision(pool, config.overflow_policy(), RequestInfo(tokens=140, arrived_at=0.0), 0.0)
+    assert (decision.target, decision.reason) == ("overflow", "predicted_ttft")
