@@ -120,13 +120,9 @@ class Gateway:
         """What the overflow rule reads; the predicted TTFT is the request's on the backend routing chose for it
         (the least backlog among them would be optimistic wherever the router's pick has more ahead)."""
         t = self.table.totals(exclude)
-        return PoolState(t.ready, t.waiting, self.predicted_ttft(choice) if t.ready else None, self.held - held_self,
-                         self.budget, self.breaker)
-
-    def predicted_ttft(self, choice: Choice | None) -> float | None:
-        if choice is None:
-            return None
-        return predict_ttft_from_backlog(choice.backend.backlog, choice.uncached, self.prefill_rate)
+        predicted = None if choice is None or not t.ready else \
+            predict_ttft_from_backlog(choice.backend.backlog, choice.uncached, self.prefill_rate)
+        return PoolState(t.ready, t.waiting, predicted, self.held - held_self, self.budget, self.breaker)
 
     def update_gauges(self) -> None:
         b = budget_refill(self.budget, self.policy.budget, self.clock())
@@ -170,7 +166,8 @@ class Gateway:
             while True:
                 now = self.clock()
                 choice = self.table.choose(tried, keys, prompt)
-                decision = overflow_decision(self.pool_state(tried, info.held, choice), self.policy, info, now)
+                pool = self.pool_state(tried, info.held, choice)
+                decision = overflow_decision(pool, self.policy, info, now)
                 if decision.target in ("local", "overflow") and held_since is not None:  # leaves the queue
                     self.metrics.hold_seconds.observe(now - held_since)
                     held_since, info = None, replace(info, held=False)
@@ -179,7 +176,7 @@ class Gateway:
                 if decision.target == "local":
                     self.table.take(choice, keys)
                     try:
-                        return await self._local(choice, path, body, stream, t0)
+                        return await self._local(choice, path, body, stream, t0, pool.predicted_ttft_s)
                     except _Failed:
                         tried, info, t0 = tried | {choice.backend.id}, replace(info, local_failed=True), None
                 elif decision.target == "overflow":
@@ -214,13 +211,14 @@ class Gateway:
                 self.metrics.held.set(self.held)
 
     # -- attempts ------------------------------------------------------------------------------------
-    async def _local(self, choice: Choice, path: str, body: bytes, stream: bool, t0: float | None) -> Answer:
+    async def _local(self, choice: Choice, path: str, body: bytes, stream: bool, t0: float | None,
+                     predicted: float | None) -> Answer:
+        """predicted: the TTFT the overflow rule predicted for it there, whose error matters near its threshold."""
         backend, prompt = choice.backend, choice.uncached  # prompt: the tokens it likely has to prefill there
         backlog = backend.backlog  # prompt tokens ahead of this one there
-        watched = self.predicted_ttft(choice)  # the overflow rule's prediction, whose error matters near its threshold
         slo = self.policy.ttft_slo_s
-        if watched and slo is not None and watched < WATCHED_SHARE * self.policy.predicted_ttft_factor * slo:
-            watched = None
+        watched = None if predicted and slo is not None and \
+            predicted < WATCHED_SHARE * self.policy.predicted_ttft_factor * slo else predicted
         backend.in_flight += 1
         backend.pending_tokens += prompt
         pending = [prompt]  # released at the first byte, or when the attempt ends without one
