@@ -247,6 +247,16 @@ def prefill_rate_sample(backlog_tokens: float, prompt_tokens: int, ttft_s: float
     return (backlog_tokens + prompt_tokens) / ttft_s if ttft_s > 0 and prompt_tokens > 0 else None
 
 
+PREFILL_RATE_EWMA = 0.2  # weight of each new sample in the learned prefill rate
+
+
+def learned_prefill_rate(rate: float | None, sample: float | None) -> float | None:
+    """The gateway's prefill rate after one more answer's sample (prefill_rate_sample; None: no sample)."""
+    if sample is None:
+        return rate
+    return sample if rate is None else (1 - PREFILL_RATE_EWMA) * rate + PREFILL_RATE_EWMA * sample
+
+
 def predict_ttft_s(waiting_per_ready: float, running_per_ready: float, mean_e2e_s: float | None,
                    base_ttft_s: float) -> float | None:
     """The former prediction, kept for the simulator's comparison (`--no-prefill-backlog-ttft`): its own prefill

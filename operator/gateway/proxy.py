@@ -33,6 +33,7 @@ from floodway.operator.gateway.overflow import (
     breaker_on_send,
     budget_refill,
     budget_take,
+    learned_prefill_rate,
     overflow_decision,
     predict_ttft_from_backlog,
     prefill_rate_sample,
@@ -61,7 +62,6 @@ _GATEWAY = socket.gethostname()
 # (a 4xx, a 500 that carries an error body) is the request's own error, relayed as is.
 _RETRYABLE = {429, 502, 503, 504}
 _API_FAILURE = {401, 403, 408, 429} | set(range(500, 600))  # overflow answers that count against the breaker
-_EWMA = 0.2
 _JSON = {"content-type": "application/json"}
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, UpstreamError)
 
@@ -241,9 +241,7 @@ class Gateway:
             ttft = time.perf_counter() - sent
             if watched:
                 self.metrics.ttft_over_predicted.observe(ttft / watched)
-            rate, old = prefill_rate_sample(backlog, prompt, ttft), self.prefill_rate
-            if rate is not None:
-                self.prefill_rate = rate if old is None else (1 - _EWMA) * old + _EWMA * rate
+            self.prefill_rate = learned_prefill_rate(self.prefill_rate, prefill_rate_sample(backlog, prompt, ttft))
 
         try:
             return await self._send(self.local.post(backend.url, path, body), stream, backend.id, done, first_byte)

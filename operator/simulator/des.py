@@ -215,9 +215,8 @@ class Simulation:
             return
         self._unsampled = [x for x in self._unsampled if x[0].first_token_s is None or x[0].first_token_s > t]
         for req, backlog, sent, uncached in sorted(seen, key=lambda x: x[0].first_token_s):
-            rate = ov.prefill_rate_sample(backlog, uncached, req.first_token_s - sent)
-            if rate is not None:
-                self.prefill_rate = rate if self.prefill_rate is None else 0.8 * self.prefill_rate + 0.2 * rate
+            sample = ov.prefill_rate_sample(backlog, uncached, req.first_token_s - sent)
+            self.prefill_rate = ov.learned_prefill_rate(self.prefill_rate, sample)
 
     def _pool(self, r: SimRequest, t: float) -> ov.PoolState:
         ready = self._routable()

@@ -14,6 +14,7 @@ from floodway.operator.gateway.overflow import (
     breaker_on_send,
     budget_take,
     budget_wait_s,
+    learned_prefill_rate,
     overflow_decision,
     predict_ttft_from_backlog,
     predict_ttft_s,
@@ -142,3 +143,9 @@ def test_predict_ttft_from_the_prefill_backlog_at_the_measured_rate():
     # The rate a request shows: the tokens ahead of it and its own over its time to first byte.
     assert prefill_rate_sample(6000, 2000, 0.8) == pytest.approx(10_000.0)
     assert prefill_rate_sample(6000, 0, 0.8) is None and prefill_rate_sample(6000, 10, 0.0) is None
+
+
+def test_the_learned_prefill_rate_starts_at_the_first_sample_and_moves_a_fifth_of_the_way():
+    assert learned_prefill_rate(None, None) is None and learned_prefill_rate(None, 8000.0) == 8000.0
+    assert learned_prefill_rate(8000.0, 18000.0) == pytest.approx(10_000.0)
+    assert learned_prefill_rate(8000.0, None) == 8000.0
