@@ -123,6 +123,8 @@ class LLMEngine:
                            s.req.num_computed_tokens, self.kv.block_table(s.req), s.samples,
                            _num_prompt_logits(s.req, s.num_new_tokens)) for s in seqs]
         sampled = [s.req for s in seqs if s.samples]
+        # Before the tokens are counted as computed: `samples` reads how many were.
+        decodes = sum(1 for s in seqs if s.req.output_token_ids and s.num_new_tokens == 1 and s.samples)
         logits = self.runner.execute(inputs, self.kv.take_copies())
         logits, prompt_logits = logits[:len(sampled)], logits[len(sampled):]
         if len(prompt_logits):
@@ -140,8 +142,9 @@ class LLMEngine:
             out = sample(logits, [r.params for r in sampling], [r.generator for r in sampling], self.generator,
                          [r.prompt_token_ids for r in sampling], [r.output_token_ids for r in sampling],
                          self.runner.eos_token_ids)
-        decodes = sum(1 for s in seqs if s.req.output_token_ids and s.num_new_tokens == 1 and s.samples)
-        self.step_times.observe(decodes, sched.num_tokens - decodes, time.perf_counter() - started)
+        # The serving loop sleeps --step-delay-ms after each step: part of the step's time as clients see it.
+        seconds = time.perf_counter() - started + self.config.step_delay_ms / 1000
+        self.step_times.observe(decodes, sched.num_tokens - decodes, seconds)
         now = time.time()
         for i, req in enumerate(sampling):
             outputs.append(self._append(req, out.tokens[i], out.logprobs[i] if out.logprobs else None,
@@ -217,7 +220,9 @@ class LLMEngine:
             prefix_cache_hits_total=c.prefix_hits, kv_utilization=live / held if held else 0.0,
             block_size=self.kv.block_size, max_num_seqs=self.config.max_num_seqs,
             max_num_batched_tokens=self.config.max_num_batched_tokens,
-            num_prefill_tokens_waiting=self.scheduler.num_prefill_tokens_waiting)
+            num_prefill_tokens_waiting=self.scheduler.num_prefill_tokens_waiting,
+            prefill_tokens_per_s=self.step_times.prefill_rate(self.config.tpot_slo_ms / 1000.0,
+                                                              self.config.max_num_batched_tokens) or 0.0)
 
 
 def _num_prompt_logits(req: Request, num_new_tokens: int) -> int:

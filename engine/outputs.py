@@ -63,6 +63,8 @@ class EngineStats:
     kv_utilization: float = 0.0
     # Prompt tokens admitted or queued whose prefill has not run yet (the gateway predicts TTFT from it).
     num_prefill_tokens_waiting: int = 0
+    # Prompt tokens per second while sequences decode, from measured step times (0: none timed yet).
+    prefill_tokens_per_s: float = 0.0
     # Capacity, exported as vllm:cache_config_info so the gateway knows it before it has seen any load.
     block_size: int = 0
     max_num_seqs: int = 0

@@ -7,6 +7,8 @@ keeps prefills moving when the decodes nearly fill the SLO. Steps without decode
 steps whose decodes alone miss the SLO: there capping prefill saves no TPOT and only adds per-step overhead
 to TTFT (measured: `floodway bench engine --tpot-slo-ms` on a CPU whose decode step exceeded the SLO).
 The engine feeds the cap its own measured step times (StepTimes); the simulator its replica profile.
+The same step times give the prefill rate the engine exports (`StepTimes.prefill_rate`), from which the gateway
+predicts TTFT.
 """
 
 import math
@@ -29,25 +31,47 @@ def prefill_budget_tokens(tpot_slo_s: float, decode_s: float, s_per_prefill_toke
 
 @dataclass
 class StepTimes:
-    """Moving averages of measured steps: the time of a decode-only step, and the time per prefill token
-    (a step's time beyond the decode part, over its prefill tokens). None until observed."""
+    """Moving averages of measured steps. A step takes a fixed part, measured as the time of a decode-only step
+    (`decode_s`: reading the weights, the decodes, the loop's overhead), plus its prefill tokens at
+    `s_per_prefill_token`: moving averages of the time beyond the fixed part and of the prefill tokens, divided,
+    so that a step of a few tokens, whose time is nearly all the fixed part, moves it little. Steps with prefill
+    are timed only once a decode-only step has given the fixed part. None until observed."""
 
     decode_s: float | None = None
-    s_per_prefill_token: float | None = None
+    _prefill_s: float = 0.0
+    _prefill_tokens: float = 0.0
 
     def observe(self, num_decodes: int, num_prefill_tokens: int, seconds: float) -> None:
         if num_prefill_tokens == 0:
             if num_decodes:
                 self.decode_s = _ewma(self.decode_s, seconds)
             return
-        decode = (self.decode_s or 0.0) if num_decodes else 0.0
-        self.s_per_prefill_token = _ewma(self.s_per_prefill_token, max(seconds - decode, 0.0) / num_prefill_tokens)
+        if self.decode_s is None:
+            return
+        # Both averages start at 0, so their ratio is the first step's from the first step on. A step faster
+        # than the fixed part counts as it is: clipping noise at 0 would bias the average up.
+        self._prefill_s = _ewma(self._prefill_s, seconds - self.decode_s)
+        self._prefill_tokens = _ewma(self._prefill_tokens, float(num_prefill_tokens))
+
+    @property
+    def s_per_prefill_token(self) -> float | None:
+        return max(self._prefill_s / self._prefill_tokens, 0.0) if self._prefill_tokens else None
 
     def budget(self, tpot_slo_s: float, cap: int) -> int:
         """The cap for the next step; the whole token budget until a prefill has been timed."""
         if self.s_per_prefill_token is None:
             return cap
         return prefill_budget_tokens(tpot_slo_s, self.decode_s or 0.0, self.s_per_prefill_token, cap)
+
+    def prefill_rate(self, tpot_slo_s: float, cap: int) -> float | None:
+        """Prompt tokens per second while sequences decode: the prefill a step carries beside them (the TPOT
+        budget) over that step's time; None until a prefill has been timed. Under load, the only time a TTFT
+        prediction nears the SLO, steps decode: a step without decodes may carry more."""
+        if self.s_per_prefill_token is None:
+            return None
+        tokens = self.budget(tpot_slo_s, cap) if tpot_slo_s else cap
+        seconds = (self.decode_s or 0.0) + tokens * self.s_per_prefill_token
+        return tokens / seconds if seconds > 0 else None
 
 
 def _ewma(old: float | None, sample: float) -> float:

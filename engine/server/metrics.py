@@ -36,6 +36,8 @@ class _StatsCollector:
             ("floodway_kv_total_blocks", "KV-cache blocks in the pool.", s.num_total_blocks),
             ("floodway_num_prefill_tokens_waiting", "Prompt tokens queued or admitted whose prefill has not run yet.",
              s.num_prefill_tokens_waiting),
+            ("floodway_prefill_tokens_per_second", "Prompt tokens per second prefilled while sequences decode, "
+             "from measured step times (0 until a prefill has been timed).", s.prefill_tokens_per_s),
         ]
         counters = [
             ("vllm:prompt_tokens", "Prefill tokens processed.", s.prompt_tokens_total),

@@ -162,7 +162,7 @@ def create_app(config: GatewayConfig):
             return JSONResponse(error_body("not found (debug_state is off)", "not_found_error"), 404)
         g: Gateway = app.state.gateway
         return JSONResponse({"backends": table.snapshot(), "held": g.held, "breaker": vars(g.breaker),
-                             "budget": vars(g.budget), "prefill_tokens_per_s": g.prefill_rate,
+                             "budget": vars(g.budget), "learned_prefill_tokens_per_s": g.prefill_rate,
                              "overflow": config.overflow.model_dump(exclude={"api_key_env", "api_key_file"})})
 
     read_headers = {b"authorization", config.opt_out_header.lower().encode("latin-1")}  # all the hot path reads

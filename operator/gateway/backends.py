@@ -35,19 +35,21 @@ log = logging.getLogger("floodway.gateway")
 _INFO = "vllm:cache_config_info"  # capacity as labels; max_num_seqs is ours (vLLM's has the KV labels only)
 _KV_LABELS = ("num_gpu_blocks", "block_size")  # KV capacity (vLLM's too): the size of the gateway's prefix index
 _BACKLOG = "floodway_num_prefill_tokens_waiting"  # ours only: prompt tokens not yet prefilled
+_RATE = "floodway_prefill_tokens_per_second"  # ours only: its prefill rate while decoding, from its step times
 
 
 def parse_engine_load(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> dict[str, float]:
-    """{waiting, running, kv_usage, max_num_seqs, kv_tokens, prefill_waiting} from an engine's Prometheus text
+    """{waiting, running, kv_usage, max_num_seqs, kv_tokens, prefill_waiting, prefill_rate} from an engine's
+    Prometheus text
     (the runtime's `names`), summed over label sets; absent gauges read 0. Only the lines of these gauges are
     parsed: engines also export many histogram buckets."""
     gauges = names.gauges()
-    wanted = "\n".join(line for line in text.splitlines() if line.startswith((*gauges, _INFO, _BACKLOG)))
+    wanted = "\n".join(line for line in text.splitlines() if line.startswith((*gauges, _INFO, _BACKLOG, _RATE)))
     found: dict[str, float] = {}
     max_num_seqs = kv_tokens = 0.0
     for family in text_string_to_metric_families(wanted + "\n"):
         for sample in family.samples:
-            if sample.name in gauges or sample.name == _BACKLOG:
+            if sample.name in gauges or sample.name in (_BACKLOG, _RATE):
                 found[sample.name] = found.get(sample.name, 0.0) + sample.value
             elif sample.name == _INFO and sample.labels.get("max_num_seqs", "").isdigit():
                 max_num_seqs += float(sample.labels["max_num_seqs"])
@@ -55,7 +57,8 @@ def parse_engine_load(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics)
                 kv_tokens += float(sample.labels["num_gpu_blocks"]) * float(sample.labels["block_size"])
     load = {signal: next((found[n] for n in getattr(names, signal) if n in found), 0.0)
             for signal in ("waiting", "running", "kv_usage")}
-    return {**load, "max_num_seqs": max_num_seqs, "kv_tokens": kv_tokens, "prefill_waiting": found.get(_BACKLOG, 0.0)}
+    return {**load, "max_num_seqs": max_num_seqs, "kv_tokens": kv_tokens, "prefill_waiting": found.get(_BACKLOG, 0.0),
+            "prefill_rate": found.get(_RATE, 0.0)}
 
 
 async def get_text(session: aiohttp.ClientSession, url: str, timeout: aiohttp.ClientTimeout) -> tuple[int, str]:
@@ -77,6 +80,7 @@ class Backend:
     seen_running: float = 0.0  # the most requests ever seen running there
     max_num_seqs: float = 0.0  # the engine's batch capacity (vllm:cache_config_info); 0: not exported
     prefill_waiting: float = 0.0  # scraped prompt tokens not yet prefilled (0 where the engine does not say)
+    prefill_rate: float = 0.0  # scraped prompt tokens/s while decoding (0 where the engine does not say)
     pending_tokens: int = 0  # uncached prompt tokens of the gateway's requests there without a first byte yet
     recent_work: float = 0.0  # work sent there (routing.sent_work), decayed to recent_at (routing.decayed)
     recent_at: float = 0.0
@@ -200,12 +204,13 @@ class BackendTable:
         if load is not None:
             b.waiting, b.running, b.kv_usage = load["waiting"], load["running"], load["kv_usage"]
             b.in_flight_at_scrape, b.seen_running = b.in_flight, max(b.seen_running, b.running)
-            b.max_num_seqs, b.prefill_waiting = load["max_num_seqs"], load["prefill_waiting"]
+            b.max_num_seqs, b.prefill_waiting, b.prefill_rate = \
+                load["max_num_seqs"], load["prefill_waiting"], load["prefill_rate"]
             if load["kv_tokens"]:
                 self.index.set_capacity(b.id, int(load["kv_tokens"]) // BLOCK_TOKENS)
 
     def snapshot(self) -> list[dict]:
         return [{"id": b.id, "url": b.url, "ready": b.ready, "in_flight": b.in_flight, "waiting": b.waiting,
                  "estimated_waiting": b.load().waiting, "running": b.running, "kv_usage": b.kv_usage,
-                 "prefix_blocks": self.index.size(b.id)}
+                 "prefill_tokens_per_s": b.prefill_rate, "prefix_blocks": self.index.size(b.id)}
                 for b in self.backends.values()]

@@ -1,11 +1,11 @@
 """`floodway bench prediction`: how far the gateway's predicted TTFT is from the TTFT real engines give.
 
 The gateway keeps a request local while its predicted TTFT (the prompt tokens ahead of it on the engine and its
-own, at the prefill rate earlier streams showed) is within `predicted_ttft_factor` of the SLO, so that factor
-must cover the prediction's error. Engine processes with a slow, chunked prefill (scarce by configuration), one
-gateway with a TTFT SLO and no overflow API, an open-loop stream of distinct prompts (no prefix-cache hits) of
-40-400 tokens; the gateway's `floodway_gateway_ttft_over_predicted` histogram gives actual over predicted TTFT for
-the answers predicted near the overflow threshold.
+own, at the prefill rate the engine exports from its step times) is within `predicted_ttft_factor` of the SLO, so
+that factor must cover the prediction's error. Engine processes with a slow, chunked prefill (scarce by
+configuration), one gateway with a TTFT SLO and no overflow API, an open-loop stream of distinct prompts (no
+prefix-cache hits) of 40-400 tokens; the gateway's `floodway_gateway_ttft_over_predicted` histogram gives actual
+over predicted TTFT for the answers predicted near the overflow threshold.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def run_bench(engines: int, requests: int, rate: float, ttft_slo_ms: float, step
 
             def bodies(texts):
                 return [{"model": served, "prompt": t, "max_tokens": max_tokens, "stream": True} for t in texts]
-            # Warm-up, one at a time: each engine's first forward pass, and the rate the prediction starts from.
+            # Warm-up, one at a time: each engine's first forward pass, and the step times its rate comes from.
             asyncio.run(send_each_at_rate(url, bodies(prompts(2 * engines, seed + 1)), 1.0))
             before = histogram_buckets(httpx.get(gateway.url + "/metrics").text, RATIO)
             results = asyncio.run(send_each_at_rate(url, bodies(prompts(requests, seed)), rate))

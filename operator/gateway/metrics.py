@@ -38,8 +38,8 @@ class GatewayMetrics:
         self.hold_seconds = Histogram("floodway_gateway_hold_seconds", "Time requests spent held",
                                       buckets=_HOLD_BUCKETS, registry=r)
         self.ttft_over_predicted = Histogram(
-            "floodway_gateway_ttft_over_predicted", "Streamed local answers with prompt tokens ahead of them (with a "
-            "TTFT SLO: predicted at least half the overflow threshold, predicted_ttft_factor x the SLO): time to first "
+            "floodway_gateway_ttft_over_predicted", "Streamed local answers with a predicted TTFT (with a TTFT SLO: "
+            "predicted at least half the overflow threshold, predicted_ttft_factor x the SLO): time to first "
             "byte over the TTFT the gateway predicted when it sent them. Above 1 / predicted_ttft_factor, a request "
             "kept local within the overflow margin can miss the SLO", buckets=_RATIO_BUCKETS, registry=r)
         self.budget_requests = Gauge("floodway_gateway_overflow_budget_requests_left",

@@ -228,17 +228,20 @@ def overflow_decision(pool: PoolState, policy: OverflowPolicy, request: RequestI
     return Decision("hold", blocked)
 
 
-def predict_ttft_from_backlog(backlog_tokens: float, prompt_tokens: int,
-                              prefill_tokens_per_s: float | None) -> float | None:
+def predict_ttft_from_backlog(backlog_tokens: float, prompt_tokens: int, engine_rate: float | None,
+                              learned_rate: float | None) -> float | None:
     """TTFT of a request sent now: the prompt tokens ahead of it on the engine (floodway_num_prefill_tokens_waiting,
-    or the gateway's own requests without a first byte, whichever is more) and its own, at the prefill rate
-    measured on earlier requests (`prefill_rate_sample`), which already includes the decodes sharing the
-    engine's steps. None until a rate has been measured, and None with nothing ahead: the prompt is prefilled at
-    once, and a pool that a stale low rate had emptied gets traffic again (the samples that correct the rate come
-    only from answers it serves). The default prediction of the gateway."""
-    if not prefill_tokens_per_s or backlog_tokens <= 0:
+    or the gateway's own requests without a first byte, whichever is more) and its own, at the prefill rate the
+    engine exports (floodway_prefill_tokens_per_second: measured step times, while sequences decode). A runtime
+    that exports none (vLLM) is predicted at the rate earlier answers showed (`learned_prefill_rate`), and then
+    only with something ahead: a pool that a stale low rate had emptied gets traffic again (the samples that
+    correct a learned rate come only from answers it serves). None: no prediction (no rate yet). The default
+    prediction of the gateway."""
+    if engine_rate:
+        return (backlog_tokens + prompt_tokens) / engine_rate
+    if not learned_rate or backlog_tokens <= 0:
         return None
-    return (backlog_tokens + prompt_tokens) / prefill_tokens_per_s
+    return (backlog_tokens + prompt_tokens) / learned_rate
 
 
 def prefill_rate_sample(backlog_tokens: float, prompt_tokens: int, ttft_s: float) -> float | None:

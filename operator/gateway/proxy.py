@@ -103,7 +103,7 @@ class Gateway:
         self.api_key = ApiKey(config.overflow.api_key_env, config.overflow.api_key_file)
         self.budget, self.breaker = BudgetState(), BreakerState()
         self.held = 0
-        self.prefill_rate: float | None = None  # prompt tokens/s local engines showed (EWMA), for predicted TTFT
+        self.prefill_rate: float | None = None  # prompt tokens/s local answers showed (EWMA): engines that export none
         self._wake = asyncio.Event()
         self._counters: dict[tuple[str, str], object] = {}  # prometheus children by labels (labels() is slow)
         self._opt_out_header = config.opt_out_header.lower()
@@ -121,7 +121,8 @@ class Gateway:
         (the least backlog among them would be optimistic wherever the router's pick has more ahead)."""
         t = self.table.totals(exclude)
         predicted = None if choice is None or not t.ready else \
-            predict_ttft_from_backlog(choice.backend.backlog, choice.uncached, self.prefill_rate)
+            predict_ttft_from_backlog(choice.backend.backlog, choice.uncached, choice.backend.prefill_rate,
+                                      self.prefill_rate)
         return PoolState(t.ready, t.waiting, predicted, self.held - held_self, self.budget, self.breaker)
 
     def update_gauges(self) -> None:

@@ -41,7 +41,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         learned_prefill_rate: bool = typer.Option(False, "--learned-prefill-rate",
                                                   help="The backlog prediction divides by the prefill rate "
                                                        "earlier answers showed up to their first token, as the "
-                                                       "real gateway does (default: the replica model's own)."),
+                                                       "gateway does for runtimes that export none (vLLM); "
+                                                       "default: the rate each replica exports, as ours do."),
         prefill_budget: bool = typer.Option(True, "--prefill-budget/--no-prefill-budget",
                                             help="Replicas budget each step's prefill to keep the TPOT SLO "
                                                  "(the engine's --tpot-slo-ms, set by the operator)."),

@@ -58,8 +58,10 @@ class SimConfig:
     # (as the gateway does: engines export floodway_num_prefill_tokens_waiting), or from waiting counts and
     # an end-to-end latency average (the former gateway's rule, for comparison).
     ttft_from_prefill_backlog: bool = True
-    # With it, the rate that backlog is divided by: the replica model's own step costs (an ideal gateway), or, as
-    # the real gateway does, the prompt tokens/s earlier answers showed up to their first token (EWMA 0.2).
+    # With it, the rate that backlog is divided by: the one each replica exports from its step times (our engine's
+    # floodway_prefill_tokens_per_second), or, as the gateway does for runtimes that export none (vLLM), the
+    # prompt tokens/s earlier answers showed up to their first token (EWMA 0.2). The gateway learns the latter
+    # either way: it stands in for a replica that has timed no prefill yet.
     learned_prefill_rate: bool = False
     # TPOT protection in the replicas (the engine's --tpot-slo-ms at the TPOT SLO, as the operator renders it).
     prefill_budget: bool = True
@@ -142,7 +144,7 @@ class Simulation:
         self.budget = ov.BudgetState()
         self.state = ScalerState(replicas=scaler.initial_replicas)
         self.e2e_ewma = None
-        self.prefill_rate: float | None = None  # learned_prefill_rate: the gateway's, from its answers so far
+        self.prefill_rate: float | None = None  # the gateway's learned rate, from its answers so far
         self._unsampled: list[tuple[SimRequest, float, float, int]] = []  # (request, backlog, sent at, uncached)
         self.gw_requests = self.gw_overflow = 0  # the gateway's counters
         self.last_scrape: Scrape | None = None
@@ -226,11 +228,11 @@ class Simulation:
             waiting += sum(len(s.replica.prefilling) for s in ready)
         running = sum(s.replica.running for s in ready)
         pred = None
-        if n and self.cfg.ttft_from_prefill_backlog and self.cfg.learned_prefill_rate:
+        if n and self.cfg.ttft_from_prefill_backlog:
             self._learn_prefill_rate(t)
-            pred = ov.predict_ttft_from_backlog(self._pick(ready).replica.backlog, r.prompt, self.prefill_rate)
-        elif n and self.cfg.ttft_from_prefill_backlog:
-            pred = self._pick(ready).replica.ttft_ahead_s(r.prompt)
+            rep = self._pick(ready).replica
+            engine_rate = None if self.cfg.learned_prefill_rate else rep.prefill_rate
+            pred = ov.predict_ttft_from_backlog(rep.backlog, r.prompt, engine_rate, self.prefill_rate)
         elif n:
             # The request's own prefill time stands in for the gateway's base TTFT estimate.
             base = r.prompt / self.cfg.profile.prefill_tokens_per_s
@@ -250,7 +252,7 @@ class Simulation:
                 return True
             backlog = best.replica.backlog
             best.replica.submit(r, t)
-            if self.cfg.learned_prefill_rate:  # r.left: what its prefix cache leaves, as the gateway's index expects
+            if self.cfg.ttft_from_prefill_backlog:  # r.left: what its prefix cache leaves, as the gateway expects
                 self._unsampled.append((r, backlog, t, r.left))
             best.prompt_tokens += r.prompt
         elif d.target == "overflow":

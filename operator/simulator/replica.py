@@ -22,7 +22,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from floodway.engine.prefill_budget import HEADROOM, prefill_budget_tokens
+from floodway.engine.prefill_budget import HEADROOM, StepTimes, prefill_budget_tokens
 from floodway.operator.simulator.traces import BLOCK_TOKENS
 
 # Defaults shaped like an 8B Llama-style model (GQA, 8 KV heads) in bf16 on one H100 80GB under vLLM-like
@@ -116,6 +116,7 @@ class Replica:
         self.kv_ctx = 0  # context tokens of decoding requests (drives the KV-read term)
         self._seq = 0
         self.busy_s = 0.0  # time spent in steps (GPU utilisation)
+        self.step_times = StepTimes()  # the engine's own moving averages, fed the modelled steps
 
     # Metrics as an engine exports them.
     @property
@@ -139,15 +140,11 @@ class Replica:
         """Prompt tokens waiting for prefill (the engine's floodway_num_prefill_tokens_waiting)."""
         return sum(r.left for r in self.prefilling) + sum(r.left for r in self.queue)
 
-    def ttft_ahead_s(self, prompt: int) -> float:
-        """TTFT of a `prompt`-token request sent now if nothing else arrives: the prefill queued and in progress
-        ahead of it plus its own, in chunks that share each step with the current decode batch."""
-        b = len(self.decoding)
-        chunk = max(self._prefill_cap(b), 1)
-        ahead = self.backlog + prompt
-        full, rest = divmod(ahead, chunk)
-        decode = self._decode_s(b)
-        return full * decode + ahead / self.p.prefill_tokens_per_s + (decode if rest else 0.0)
+    @property
+    def prefill_rate(self) -> float | None:
+        """Prompt tokens/s while decoding, from the steps run so far (the engine's floodway_prefill_tokens_per_second;
+        None before a prefill)."""
+        return self.step_times.prefill_rate(self.tpot_slo_s or 0.0, self.p.max_num_batched_tokens)
 
     def _decode_s(self, b: int) -> float:
         return (self.p.decode_step(b) if b else 0.0) + self.kv_ctx * self.p.decode_s_per_kv_token
@@ -219,6 +216,7 @@ class Replica:
             need = math.ceil((t - self.now) / dt)
             n = int(min(quiet, need))
             if n > 0:
+                self._observe(b, chunk, dt, n)
                 self.step_no += n
                 self.now += n * dt
                 self.busy_s += n * dt
@@ -228,7 +226,13 @@ class Replica:
                 continue
             self._step(chunk, dt)
 
+    def _observe(self, b: int, chunk: int, dt: float, n: int = 1) -> None:
+        """n equal steps into the engine's moving averages (past 20, earlier ones weigh ~1%)."""
+        for _ in range(min(n, 20)):
+            self.step_times.observe(b, chunk, dt)
+
     def _step(self, chunk: int, dt: float) -> None:
+        self._observe(len(self.decoding), chunk, dt)
         self.step_no += 1
         self.now += dt
         self.busy_s += dt

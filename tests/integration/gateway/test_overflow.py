@@ -90,36 +90,61 @@ def test_burst_engages_overflow_within_a_second_and_loses_nothing(engines, gatew
     no_secret_anywhere(gw, *(r.body for r in results))
 
 
+def _prefill_rate(engine_url: str) -> float:
+    return parse_engine_load(httpx.get(engine_url + "/metrics", timeout=10).text)["prefill_rate"]
+
+
 def test_long_prompts_overflow_on_predicted_ttft(engines, gateway, overflow_config, metric):
-    """The backlog trigger on real engines, with the queue trigger out of reach: once a streamed answer has shown
-    the engines' prefill rate (LOCAL_ARGS: at most one step per 50 ms, so at most ~8000 of these prompt tokens/s),
-    a burst of long prompts puts more prompt tokens ahead of each new one than a 300 ms TTFT SLO lets an engine
-    prefill, and the gateway overflows the rest on the predicted TTFT, losing nothing. A slower machine shows a
-    lower rate, so it overflows more, never none."""
-    gw = gateway(overflow_config(max_waiting_per_replica=1000) | {"slo": {"ttft_ms": 300}})
-    url = gw.url + "/v1/completions"
-    first = asyncio.run(send_each_at_rate(url, long_prompts(1), 1))  # nothing ahead of it: local; shows the rate
-    assert not failures(first) and first[0].backend != "overflow"
-    results = asyncio.run(send_each_at_rate(url, long_prompts(24, 1), 200))
+    """The backlog trigger on real engines, with the queue trigger out of reach. Once an engine has timed a
+    prefill it exports its prefill rate (floodway_prefill_tokens_per_second); the test reads it and sets the
+    TTFT SLO so that a prompt alone is predicted at a third of the overflow threshold, whatever the machine's
+    speed. A burst of such prompts then puts more prompt tokens ahead of each new one than the SLO lets an
+    engine prefill: the first on each engine stays local and the gateway overflows later ones on the predicted
+    TTFT, losing nothing."""
+    local = engines[:2]
+    for i, e in enumerate(local):  # straight to each engine: a prefill timed there
+        assert httpx.post(e.url + "/v1/completions", json={**long_prompts(1, 100 + i)[0], "stream": False},
+                          timeout=120).status_code == 200
+    rate = min(_prefill_rate(e.url) for e in local)
+    assert rate > 0
+    alone_s = 400 / rate  # the gateway's estimate of these prompts: 400 tokens (characters / 4)
+    slo_ms = 1000 * 3 * alone_s / 0.9  # predicted_ttft_factor 0.9: the threshold is 3 prompts' prefill
+    gw = gateway(overflow_config(max_waiting_per_replica=1000) | {"slo": {"ttft_ms": slo_ms}})
+    results = asyncio.run(send_each_at_rate(gw.url + "/v1/completions", long_prompts(24), 200))
     assert not failures(results)
     assert all(r.body.rstrip().endswith("data: [DONE]") for r in results)
     overflowed = [r for r in results if r.backend == "overflow"]
-    print(f"{len(overflowed)}/{len(results)} overflowed on the predicted TTFT")
-    assert overflowed and len(overflowed) < len(results)  # the first of the burst on each engine has nothing ahead
+    print(f"{len(overflowed)}/{len(results)} overflowed on the predicted TTFT (engine rate {rate:.0f} tokens/s, "
+          f"SLO {slo_ms:.0f} ms)")
+    assert overflowed and len(overflowed) < len(results)
+    assert {r.backend for r in results} - {"overflow"} == {e.url for e in local}  # each engine's first is local
     assert metric(gw.url, "floodway_gateway_overflow_total", reason="predicted_ttft") == len(overflowed)
 
 
-def test_ttft_over_predicted_observes_answers_with_prompts_ahead(engines, gateway, metric):
-    """Streamed answers sent with prompt tokens ahead of them on their engine feed the histogram of actual over
-    predicted TTFT: the prediction's error, which `predicted_ttft_factor` must cover. No SLO here, so nothing
-    overflows; four at once on one engine that starts two per 50 ms step."""
+def _engine_rate_scraped(gw_url: str, deadline_s: float = 30.0) -> float:
+    """The prefill rate the gateway has scraped from its one engine (/debug/state), once it has one."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        rate = httpx.get(gw_url + "/debug/state", timeout=10).json()["backends"][0]["prefill_tokens_per_s"]
+        if rate > 0:
+            return rate
+        time.sleep(0.1)  # polling period, with a deadline
+    raise AssertionError("the gateway never scraped the engine's floodway_prefill_tokens_per_second")
+
+
+def test_ttft_over_predicted_observes_every_streamed_answer_once_the_engine_exports_its_rate(engines, gateway,
+                                                                                             metric):
+    """Streamed answers feed the histogram of actual over predicted TTFT: the prediction's error, which
+    `predicted_ttft_factor` must cover. The prediction divides the prompt tokens ahead and the request's own by
+    the rate the engine exports from its step times (once it has prefilled something). No SLO here, so nothing
+    overflows and every predicted answer counts; four at once on one engine that starts two per 50 ms step."""
     gw = gateway({"served_models": [MODEL], "scrape_interval_s": 0.2, "backends": {"static": [engines[0].url]}})
     url = gw.url + "/v1/completions"
-    assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(1), 1)))  # shows the rate; nothing ahead
-    assert metric(gw.url, "floodway_gateway_ttft_over_predicted_count") == 0
+    assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(1), 1)))  # the engine times a prefill
+    assert _engine_rate_scraped(gw.url) > 0
+    before = metric(gw.url, "floodway_gateway_ttft_over_predicted_count")
     assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(4, 1), 1000)))
-    observed = metric(gw.url, "floodway_gateway_ttft_over_predicted_count")
-    assert 1 <= observed <= 3  # the first of the four may find nothing ahead; every later one finds it at least
+    assert metric(gw.url, "floodway_gateway_ttft_over_predicted_count") - before == 4
     assert metric(gw.url, "floodway_gateway_ttft_over_predicted_sum") > 0
     # With a TTFT SLO only answers predicted at least half the overflow threshold count: none of these, at 60 s.
     far = gateway({"served_models": [MODEL], "scrape_interval_s": 0.2, "backends": {"static": [engines[0].url]},

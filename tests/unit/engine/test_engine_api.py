@@ -119,6 +119,27 @@ def test_stats_count_prompt_generation_and_prefix_hits(run_to_end, clean_engine)
     assert after.num_running == after.num_waiting == 0 and after.kv_cache_usage == 0.0
 
 
+def test_the_exported_prefill_rate_counts_the_step_delay_the_serving_loop_sleeps(run_to_end, clean_engine):
+    """--step-delay-ms (slept by the serving loop after each step) makes every step slower as clients see it, so
+    the prefill rate the engine exports, from which the gateway predicts TTFT, counts it: with >= 1 s a step
+    and at most 64 tokens a step (max_num_batched_tokens), under 64 tokens/s, whatever the CPU."""
+    from floodway.engine.prefill_budget import StepTimes
+
+    times, delay = clean_engine.step_times, clean_engine.config.step_delay_ms
+    clean_engine.step_times, clean_engine.config.step_delay_ms = StepTimes(), 1000
+    try:
+        assert clean_engine.stats().prefill_tokens_per_s == 0.0  # no prefill timed yet
+        clean_engine.add_request("slow", list(range(300, 340)), SamplingParams(max_tokens=3, ignore_eos=True))
+        run_to_end(clean_engine)
+        # A prefill is timed once a decode-only step has measured a step's fixed part: here the second one.
+        assert clean_engine.step_times.decode_s >= 1.0 and clean_engine.stats().prefill_tokens_per_s == 0.0
+        clean_engine.add_request("slower", list(range(400, 440)), SamplingParams(max_tokens=3, ignore_eos=True))
+        run_to_end(clean_engine)
+        assert 0 < clean_engine.stats().prefill_tokens_per_s < 64
+    finally:
+        clean_engine.step_times, clean_engine.config.step_delay_ms = times, delay
+
+
 def test_llm_generate_keeps_input_order(tiny_model_path):
     from floodway.engine.llm import LLM
 

@@ -23,7 +23,7 @@ vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="a"} 2.0
 
 
 def test_parse_engine_load_sums_labels_and_defaults_to_zero():
-    none = {"max_num_seqs": 0.0, "kv_tokens": 0.0, "prefill_waiting": 0.0}
+    none = {"max_num_seqs": 0.0, "kv_tokens": 0.0, "prefill_waiting": 0.0, "prefill_rate": 0.0}
     assert parse_engine_load(METRICS) == {"waiting": 4.0, "running": 8.0, "kv_usage": 0.25, **none}
     assert parse_engine_load("") == {"waiting": 0.0, "running": 0.0, "kv_usage": 0.0, **none}
 

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from floodway.engine.outputs import EngineStats
 from floodway.engine.server.metrics import ServerMetrics
-from floodway.operator.gateway.backends import BackendTable
+from floodway.operator.gateway.backends import BackendTable, Choice
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.metrics import GatewayMetrics
 from floodway.operator.gateway.overflow import OverflowPolicy, PoolState, RequestInfo, overflow_decision
@@ -82,13 +82,37 @@ async def test_without_the_capacity_info_the_gateway_learns_capacity_from_the_lo
     assert _burst(table, 150).count("local") == 4 + 4
 
 
-async def test_the_prefill_backlog_is_read_from_the_scrape_and_raised_by_the_gateways_own_requests():
-    busy = EngineStats(**{**vars(IDLE), "num_prefill_tokens_waiting": 6000})
+async def test_the_prefill_backlog_and_rate_are_read_from_the_scrape_and_the_backlog_raised_by_own_requests():
+    busy = EngineStats(**{**vars(IDLE), "num_prefill_tokens_waiting": 6000, "prefill_tokens_per_s": 12_000.0})
     table = await _scraped_table(busy)
     e = table.backends["e"]
-    assert e.prefill_waiting == 6000 and e.backlog == 6000
+    assert e.prefill_waiting == 6000 and e.backlog == 6000 and e.prefill_rate == 12_000.0
     e.pending_tokens = 9000  # sent since the scrape, no first byte yet
     assert e.backlog == 9000
+    assert (await _scraped_table(IDLE)).backends["e"].prefill_rate == 0.0  # no prefill timed yet
+
+
+def test_the_prediction_takes_each_engines_own_rate_and_the_learned_one_where_an_engine_exports_none():
+    """a exports 4000 prompt tokens/s, b (a runtime without the gauge) none; the gateway's answers showed 1000."""
+    config = GatewayConfig(backends={"static": ["http://a", "http://b"]}, slo={"ttft_ms": 500},
+                           overflow={"enabled": True, "base_url": "http://api/v1"})
+    table = BackendTable(RoutingWeights(), random.Random(0))
+    table.set_endpoints([("a", "http://a"), ("b", "http://b")])
+    for b in table.backends.values():
+        b.ready = True
+    a, b = table.backends["a"], table.backends["b"]
+    a.prefill_rate = 4000.0
+    gw = Gateway(config, table, GatewayMetrics(), local=None, remote=None)
+    gw.prefill_rate = 1000.0
+
+    def predicted(backend, uncached):
+        return gw.pool_state(frozenset(), False, Choice(backend, uncached, 0.0, 0.0)).predicted_ttft_s
+    assert predicted(a, 2000) == pytest.approx(0.5)  # nothing ahead: its own prompt at the engine's rate
+    a.pending_tokens = 2000
+    assert predicted(a, 2000) == pytest.approx(1.0)
+    assert predicted(b, 2000) is None  # nothing ahead and only a learned rate: no prediction
+    b.pending_tokens = 2000
+    assert predicted(b, 2000) == pytest.approx(4.0)
 
 
 def test_the_overflow_rule_predicts_ttft_where_routing_would_send_the_request():

@@ -129,15 +129,19 @@ def test_predict_ttft():
     assert predict_ttft_s(4, 2, None, 0.1) is None
 
 
-def test_predict_ttft_from_the_prefill_backlog_at_the_measured_rate():
-    assert predict_ttft_from_backlog(6000, 2000, None) is None  # no rate measured yet: no TTFT trigger
-    assert predict_ttft_from_backlog(6000, 2000, 10_000.0) == pytest.approx(0.8)
-    # Nothing queued: no prediction, so a stale low rate cannot keep an idle pool empty (seen on a real node:
-    # every request overflowed and the engine, serving none, never sampled a better rate).
-    assert predict_ttft_from_backlog(0, 2000, 1.0) is None
+def test_predict_ttft_from_the_prefill_backlog_at_the_engines_rate_else_the_learned_one():
+    assert predict_ttft_from_backlog(6000, 2000, None, None) is None  # no rate measured yet: no TTFT trigger
+    assert predict_ttft_from_backlog(6000, 2000, 10_000.0, None) == pytest.approx(0.8)
+    assert predict_ttft_from_backlog(6000, 2000, 10_000.0, 1.0) == pytest.approx(0.8)  # the engine's rate first
+    assert predict_ttft_from_backlog(6000, 2000, None, 4000.0) == pytest.approx(2.0)  # an engine exporting none
+    # Nothing queued: the engine's own rate still predicts (a lone 20k-token prompt misses a 0.5 s SLO)...
+    assert predict_ttft_from_backlog(0, 20_000, 10_000.0, None) == pytest.approx(2.0)
+    # ...a learned one does not, so a stale low rate cannot keep an idle pool empty (seen on a real node: every
+    # request overflowed and the engine, serving none, never sampled a better rate).
+    assert predict_ttft_from_backlog(0, 2000, None, 1.0) is None
     # A burst of long prompts adds few requests but many tokens: the queue-depth rule sees 2 waiting, the
     # backlog shows the 0.5 s SLO missed.
-    pool = PoolState(ready=1, waiting=2, predicted_ttft_s=predict_ttft_from_backlog(2 * 4000, 2000, 10_000.0))
+    pool = PoolState(ready=1, waiting=2, predicted_ttft_s=predict_ttft_from_backlog(2 * 4000, 2000, 10_000.0, None))
     d = overflow_decision(pool, OverflowPolicy(enabled=True, ttft_slo_s=0.5), RequestInfo(2100, 0.0), 0.0)
     assert (d.target, d.reason) == ("overflow", "predicted_ttft")
     # The rate a request shows: the tokens ahead of it and its own over its time to first byte.

@@ -40,10 +40,12 @@ def test_gauges_and_counters_come_from_the_latest_stats_snapshot():
     assert _sample(text, "vllm:num_requests_waiting", model_name=MODEL) == 5
     assert _sample(text, "vllm:kv_cache_usage_perc", model_name=MODEL) == 0.25
     assert _sample(text, "floodway_kv_free_blocks", model_name=MODEL) == 30
+    assert _sample(text, "floodway_prefill_tokens_per_second", model_name=MODEL) == 0.0  # none timed
     assert _sample(text, "vllm:prompt_tokens_total", model_name=MODEL) == 100
     assert _sample(text, "vllm:prefix_cache_hits_total", model_name=MODEL) == 32
-    snapshot["s"] = _stats(generation_tokens_total=75)
+    snapshot["s"] = _stats(generation_tokens_total=75, prefill_tokens_per_s=12_000.0)
     assert _sample(m.render().decode(), "vllm:generation_tokens_total", model_name=MODEL) == 75
+    assert _sample(m.render().decode(), "floodway_prefill_tokens_per_second", model_name=MODEL) == 12_000.0
 
 
 def test_histograms_use_vllm_buckets_and_observe_request_timings():

@@ -104,8 +104,8 @@ def test_predicting_ttft_from_the_prefill_backlog_overflows_what_would_miss_the_
     backlog = summarize(simulate(tr, static(1), cfg))
     assert backlog.attainment > average.attainment and backlog.attainment >= 0.99
     assert 0 < backlog.overflow_share < 1
-    # As the real gateway predicts: the backlog at the prefill rate earlier answers showed up to their first
-    # token, learned from the answers (none before the first), not read from the replica model.
+    # As the gateway predicts for a runtime that exports no prefill rate: the backlog at the rate earlier answers
+    # showed up to their first token, learned from the answers (none before the first).
     sim = Simulation(tr, static(1), replace(cfg, learned_prefill_rate=True))
     learned = summarize(sim.run())
     assert learned.attainment > average.attainment and 0 < learned.overflow_share < 1

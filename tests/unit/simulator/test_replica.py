@@ -99,17 +99,23 @@ def test_profile_as_bench_engine_writes_it(tmp_path):
         ReplicaProfile.from_json(path)
 
 
-def test_ttft_ahead_counts_the_prefill_queued_and_in_progress_before_the_request():
-    rep, done = replica()
-    assert rep.ttft_ahead_s(500) == pytest.approx(0.05)  # idle: one 500-token chunk at 10k tok/s
-    rep.submit(SimRequest(0.0, 2500, 11), 0.0)
-    rep.submit(SimRequest(0.0, 1500, 11), 0.0)
-    # 4000 tokens ahead plus its own 500 at 10k tok/s, in 1000-token chunks (no decode batch yet).
-    assert rep.ttft_ahead_s(500) == pytest.approx(0.45)
-    rep.advance_to(0.2)  # two chunks done: 2000 tokens left ahead
-    assert rep.ttft_ahead_s(500) == pytest.approx(0.25)
+def test_the_replica_exports_the_prefill_rate_the_engine_would_from_its_modelled_steps():
+    """The engine's StepTimes fed the modelled steps. Beside one decode a step is 10 ms plus the 350 prefill
+    tokens the TPOT budget at a 50 ms SLO leaves (at 10k tok/s): 350 tokens per 45 ms, which the engine reads
+    exactly from such steps."""
+    rep = Replica(PROFILE, 0.0, lambda r: None, 0.05)
+    assert rep.prefill_rate is None  # no prefill timed: the gateway falls back to its learned rate
+    rep.submit(SimRequest(0.0, 10, 200), 0.0)  # decodes throughout
+    rep.submit(SimRequest(0.05, 8000, 2), 0.05)  # a long prompt prefills in budgeted steps beside it
+    rep.advance_to(0.6)
+    assert rep.step_times.decode_s == pytest.approx(0.01)
+    assert rep.step_times.s_per_prefill_token == pytest.approx(1e-4)
+    assert rep.prefill_rate == pytest.approx(350 / 0.045, rel=0.01)  # the budget floors to whole tokens
+    # The model's prefill-only steps have no fixed part, which the engine's estimate takes to be a decode-only
+    # step's time: it reads them as 1000 tokens in 90 ms beyond it, so the rate beside decodes comes out high.
+    rep.submit(SimRequest(10.0, 5000, 1), 10.0)
     rep.advance_to(100.0)
-    assert len(done) == 2 and rep.ttft_ahead_s(500) == pytest.approx(0.05)
+    assert 350 / 0.045 < rep.prefill_rate < 1.15 * 350 / 0.045
 
 
 def test_prefill_budget_keeps_a_decoding_requests_tpot_while_a_long_prompt_prefills():
