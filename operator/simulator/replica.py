@@ -6,7 +6,9 @@ prefill_tokens_per_s + kv_tokens * decode_s_per_kv_token. A request's first toke
 finishes its prefill. Admission reserves KV for prompt + output (no preemption is modelled). Steps with no
 event in them are taken in bulk, so an hour of traffic simulates in seconds. With a TPOT SLO (the engine's
 --tpot-slo-ms, which the operator sets from the spec), a step that decodes carries only the prefill that
-keeps it within the SLO: the engine's own budget function, fed the profile's step costs.
+keeps it within the SLO: the engine's own budget function, fed the profile's step costs. The modelled steps
+also feed the engine's StepTimes, whose prefill rate the replica exports as an engine does (the gateway's
+prediction reads it).
 
 With `prefix_cache` on, a replica keeps the block ids of the prompts it served in an LRU as large as its KV
 capacity (a request's leading blocks touched last, as the engine frees a request's tail first); a request's
