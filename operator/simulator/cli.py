@@ -61,6 +61,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                                                           "a tally of the targets met."),
         scenarios: str = typer.Option(None, help="With --sweep: a comma list of the family's scenarios only."),
         seeds: int = typer.Option(5, help="With --sweep: seeds 0..N-1 of the seeded scenarios."),
+        jobs: int = typer.Option(1, help="With --sweep: rows run at once in worker processes (one per core)."),
     ) -> None:
         """Simulate policies on a trace: SLO attainment, goodput, TTFT, replica-hours, overflow, scale events."""
         from floodway.operator.simulator.run import Options, run_cli
@@ -86,7 +87,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                     raise ValueError(f"not in the family: {sorted(unknown)}; choose from {', '.join(sw.FAMILY)}")
                 typer.echo(sw.HEADER)
                 done = []
-                for row in sw.rows(opts, range(seeds), family):
+                for row in sw.rows(opts, range(seeds), family, jobs):
                     typer.echo(sw.render(row))  # row by row: a sweep takes minutes
                     done.append(row)
                 typer.echo("\n" + sw.tally(done))

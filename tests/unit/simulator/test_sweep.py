@@ -111,3 +111,25 @@ def test_a_sweep_row_takes_the_bound_from_every_schedule_and_the_reacting_figure
     assert row.bound_hours == pytest.approx(hours, rel=0.01)  # flat 1
     assert row.reacting == pytest.approx(2 * row.bound_hours)  # the least of the reactive ones: flat 2
     assert row.reacting_misses()  # twice the bound: reacting to the past could not meet both within 1.15x here
+
+
+def test_rows_run_in_worker_processes_come_in_order_and_the_tally_names_the_best_single_reactive_schedule(
+        monkeypatch):
+    from floodway.operator.simulator import bound
+    from floodway.operator.simulator.run import Options
+    from floodway.operator.simulator.sweep import rows, tally
+
+    # Two flat schedules instead of ~130 (the workers are forked: they see the patch); one replica carries diurnal.
+    monkeypatch.setattr(bound, "schedules", lambda trace, peak, lead_s, rate, first: [
+        (bound.REACTIVE + "flat 1", bound.Schedule((0.0,), (1,))),
+        (bound.REACTIVE + "flat 2", bound.Schedule((0.0,), (2,)))])
+    done = list(rows(Options(), range(2), ("diurnal",), jobs=2))
+    assert [(r.scenario, r.seed) for r in done] == [("diurnal", 0), ("diurnal", 1)]
+    # flat 2 costs twice the bound (flat 1): past 1.15x, so only flat 1 meets the three targets.
+    assert all(r.reactive_meeting == {bound.REACTIVE + "flat 1"} for r in done)
+    assert tally(done).splitlines()[5] == ("attainment, overflow and the bound (no baselines): ours on 2 of 2 rows; "
+                                           "the best single reactive schedule of the bound's on 2 (flat 1)")
+    ours_short = Row("spiky", 0, 100, summary("ours", 0.98, 1.0), 1.0, {})
+    assert ours_short.own_misses() == ["attainment 98.00%"]
+    assert tally([ours_short]).splitlines()[5] == ("attainment, overflow and the bound (no baselines): ours on 0 of 1 "
+                                                   "rows; the best single reactive schedule of the bound's on 0 (none)")
