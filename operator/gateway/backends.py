@@ -40,9 +40,8 @@ _RATE = "floodway_prefill_tokens_per_second"  # ours only: its prefill rate whil
 
 def parse_engine_load(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> dict[str, float]:
     """{waiting, running, kv_usage, max_num_seqs, kv_tokens, prefill_waiting, prefill_rate} from an engine's
-    Prometheus text
-    (the runtime's `names`), summed over label sets; absent gauges read 0. Only the lines of these gauges are
-    parsed: engines also export many histogram buckets."""
+    Prometheus text (the runtime's `names`), summed over label sets; absent gauges read 0. Only the lines of these
+    gauges are parsed: engines also export many histogram buckets."""
     gauges = names.gauges()
     wanted = "\n".join(line for line in text.splitlines() if line.startswith((*gauges, _INFO, _BACKLOG, _RATE)))
     found: dict[str, float] = {}
