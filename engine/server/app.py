@@ -99,6 +99,9 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
     errors.install(app)
 
     def submit(rid: str, prompt_ids: list[int], params):
+        # Checked again at admission, with no await before it: a drain that began while the prompt was being
+        # encoded saw nothing in flight and lets the server stop, which would cut this request's stream short.
+        state.require_serving()
         try:
             return state.frontend.submit(rid, prompt_ids, params)
         except Rejected as r:

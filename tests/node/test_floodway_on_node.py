@@ -13,6 +13,7 @@ CPU, so the burst needs a second replica on any machine."""
 
 import concurrent.futures
 import json
+import subprocess
 import time
 
 import httpx
@@ -219,14 +220,27 @@ def test_pod_deleted_mid_load_drains_and_loses_nothing(floodway):
         text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
         return raw.headers.get("x-floodway-backend", ""), text
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        first = [pool.submit(streamed, i) for i in range(4)]  # streaming on the victim when it is deleted
-        c.wait_until("requests streaming", lambda: any(f.running() for f in first), timeout_s=10)
-        deleted = time.monotonic()
-        c.kubectl("-n", NS, "delete", "pod", victim, "--wait=false")
-        later = [pool.submit(streamed, i) for i in range(4, 8)]  # sent while the pod drains
-        for f in first + later:
-            results.append(f.result())  # raises if any request was lost
+    # The deleted pod's log goes with it: follow it now, for the failure message.
+    victim_log = c.dir / f"{victim}.log"
+    with open(victim_log, "w") as out:
+        follow = subprocess.Popen([str(c.bin / "kubectl"), "-n", NS, "logs", "-f", victim], stdout=out,
+                                  stderr=subprocess.STDOUT, env=c.env())
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            first = [pool.submit(streamed, i) for i in range(4)]  # streaming on the victim when it is deleted
+            c.wait_until("requests streaming", lambda: any(f.running() for f in first), timeout_s=10)
+            deleted = time.monotonic()
+            c.kubectl("-n", NS, "delete", "pod", victim, "--wait=false")
+            later = [pool.submit(streamed, i) for i in range(4, 8)]  # sent while the pod drains
+            for f in first + later:
+                try:
+                    results.append(f.result())  # raises if any request was lost
+                except Exception as e:
+                    gateway = c.kubectl("-n", NS, "logs", f"deployment/{IS}-gateway", "--tail=40", check=False)
+                    raise AssertionError(f"{e}\nthe deleted pod's log:\n{victim_log.read_text()[-4000:]}\n"
+                                         f"gateway:\n{gateway.stdout}{gateway.stderr}\n{describe(c)}") from e
+    finally:
+        follow.terminate()
     c.wait_until("the deleted pod gone", lambda: victim not in {p["metadata"]["name"] for p in c.get(
         "-n", NS, "pods")["items"]}, timeout_s=120, interval_s=0.5)
     print(f"\nnode tier: pod deleted to gone (SIGTERM drain) {time.monotonic() - deleted:.1f} s; backends "
