@@ -147,9 +147,14 @@ def schedules(trace: list[Request], peak: int, lead_s: float, prefill_tokens_per
         token_pools(trace, prefill_tokens_per_s, first, lead_s)
 
 
+def serves(s: Summary) -> bool:
+    """>= 99% attainment with <= 5% overflow."""
+    return s.attainment >= ATTAINMENT and s.overflow_share <= MAX_OVERFLOW
+
+
 def best_schedule(results: list[tuple[str, Summary]]) -> tuple[str, Summary] | None:
     """The schedule with the least replica-hours at >= 99% attainment and <= 5% overflow, or None."""
-    ok = [(n, s) for n, s in results if s.attainment >= ATTAINMENT and s.overflow_share <= MAX_OVERFLOW]
+    ok = [(n, s) for n, s in results if serves(s)]
     return min(ok, key=lambda x: x[1].replica_hours, default=None)
 
 

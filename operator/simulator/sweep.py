@@ -111,8 +111,7 @@ def run_one(scenario: str, seed: int, base: Options) -> Row:
     bound_hours = best[1].replica_hours if best else None
     reacting = bound.best_schedule([x for x in schedules if x[0].startswith(bound.REACTIVE)])
     reach = tuple((s.attainment, s.replica_hours) for _, s in schedules if s.overflow_share <= bound.MAX_OVERFLOW)
-    meeting = frozenset(n for n, s in schedules if n.startswith(bound.REACTIVE) and bound_hours
-                        and s.attainment >= bound.ATTAINMENT and s.overflow_share <= bound.MAX_OVERFLOW
+    meeting = frozenset(n for n, s in schedules if n.startswith(bound.REACTIVE) and bound_hours and bound.serves(s)
                         and s.replica_hours <= BOUND_FACTOR * bound_hours)
     return Row(scenario, seed, len(trace), sums[OURS], bound_hours, {b: sums[b] for b in BASELINES},
                static_within_budget(trace, cfg, bound_hours), reach, reacting and reacting[1].replica_hours, meeting)
