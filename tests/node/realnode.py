@@ -28,6 +28,7 @@ CNI_BIN = Path("/usr/lib/cni")
 LOCK = Path("/run/lock/floodway-node.lock")
 LABEL = {"floodway.io/test-node": "real"}  # selects the real node (the kwok nodes are tainted away)
 KWOK_TAINT = "floodway.io/fake-node=true:NoSchedule"
+REPLACED = "-replaced"  # the tag import_image keeps an image it replaces under until the import is done
 # dockerd builds the images (e2e/images/build.sh); the rest runs the node.
 TOOLS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip6tables", "ip", "umount", "dockerd")
 CNI_PLUGINS = ("bridge", "host-local", "portmap", "loopback")
@@ -174,13 +175,22 @@ class Node:
 
     def import_image(self, tar: str, ref: str) -> None:
         """Imports a `docker save` tarball unless ref already holds this very tarball (named by its inputs'
-        digest): unpacking a multi-GB image takes minutes, the store persists across sessions."""
+        digest): unpacking a multi-GB image takes minutes, the store persists across sessions.
+
+        The image ref held before is kept under a second name until the import is done. `ctr images import`
+        points ref at the new manifest before unpacking it, which leaves the old image's snapshots unreferenced;
+        a garbage collection landing between the unpacker finding a shared lower layer and preparing the layer
+        above it fails the import with "parent snapshot ... does not exist" (seen once in CI, containerd 1.6)."""
         marker = self.image_root / "floodway-imported" / ref.replace("/", "_").replace(":", "_")
         names = self.ctr("images", "ls", "-q").stdout.split()
-        held = marker.read_text() if marker.exists() else ""
-        if held == Path(tar).name and any(n == ref or n.endswith(f"/{ref}") for n in names):
+        held = next((n for n in names if n == ref or n.endswith(f"/{ref}")), None)
+        if held and marker.exists() and marker.read_text() == Path(tar).name:
             return
+        if held:
+            self.ctr("images", "tag", "--force", held, held + REPLACED)
         self.ctr("images", "import", tar)
+        if held:
+            self.ctr("images", "rm", "--sync", held + REPLACED)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(Path(tar).name)
 
@@ -191,10 +201,11 @@ class Node:
         for container in self.ctr("containers", "ls", "-q").stdout.split():
             self.ctr("containers", "rm", container, check=False)
         images = [line.split() for line in self.ctr("images", "ls").stdout.splitlines()[1:]]
-        named = {digest for ref, _type, digest, *_ in images if not ref.startswith("sha256:")}
-        for ref, _type, digest, *_ in images:
-            if ref.startswith("sha256:") and digest not in named:
-                self.ctr("images", "rm", ref, check=False)
+        stale = [ref for ref, *_ in images if ref.endswith(REPLACED)]  # an import_image that was killed
+        named = {digest for ref, _type, digest, *_ in images if not ref.startswith("sha256:") and ref not in stale}
+        stale += [ref for ref, _type, digest, *_ in images if ref.startswith("sha256:") and digest not in named]
+        if stale:  # --sync: the collection is over before any import starts (see import_image)
+            self.ctr("images", "rm", "--sync", *stale, check=False)
 
     def launch(self, name: str, argv: list[str]) -> Proc:
         log_path = self.dir / f"{name}.log"
