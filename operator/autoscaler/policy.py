@@ -49,7 +49,8 @@ token demand is discounted by the allowed share for scale-up only: a burst of a 
 replica could start, which is the budget's job (on azure-2x one tick just over two replicas' worth added a third
 for the remaining 13 minutes, 1.27x the bound; discounted, 1.04x). The hold before a scale-down counts it
 whole: discounting that let spiky seed 3 shrink to one replica before its first burst (4.5% -> 8.7% overflow).
-Defaults come from the simulator runs in the README (`floodway simulate`).
+Defaults come from the simulator runs in the README (`floodway simulate`); how each was chosen, and what was
+tried instead, is in docs/autoscaling-measurements.md.
 """
 
 import math

@@ -138,7 +138,7 @@ class OverflowPolicy:
     max_waiting_per_replica: float = 4.0
     ttft_slo_s: float | None = None
     # Overflow a little before the predicted TTFT reaches the SLO: predictions err, and at 1.0 the simulator's
-    # family lost 1-3 points of attainment on spiky traffic (0.9: >= 99.6%; README "Autoscaling").
+    # family lost 1-3 points of attainment on spiky traffic (0.9: >= 99.6%; docs/autoscaling-measurements.md).
     predicted_ttft_factor: float = 0.9
     budget: BudgetLimits = field(default_factory=BudgetLimits)
     hold_queue_size: int = 64
