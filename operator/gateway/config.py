@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from floodway.operator.gateway.overflow import BreakerPolicy, BudgetLimits, OverflowPolicy
+from floodway.operator.gateway.overflow import SLOWEST_TOKENS_PER_S, BreakerPolicy, BudgetLimits, OverflowPolicy
 from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
 from floodway.operator.runtimes import DEFAULT, RUNTIMES
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -126,7 +126,11 @@ class Overflow(_Strict):
     hold_queue_size: int = Field(OverflowPolicy.hold_queue_size, ge=0)
     hold_timeout_s: float = Field(OverflowPolicy.hold_timeout_s, ge=0)
     connect_timeout_s: float = Field(2.0, gt=0)
-    first_byte_timeout_s: float = Field(30.0, gt=0, description="A slower first byte counts as a failure.")
+    first_byte_timeout_s: float = Field(30.0, gt=0, description="A slower first byte counts as a failure; for a "
+                                        "request without stream (whose first byte comes after its last token), "
+                                        "plus the tokens it allows at slowest_tokens_per_s, up to request_timeout_s.")
+    slowest_tokens_per_s: float = Field(SLOWEST_TOKENS_PER_S, gt=0, description="The pace below which a whole "
+                                        "answer counts as a stalled API rather than a long answer.")
     breaker: Breaker = Field(default_factory=Breaker)
 
     @model_validator(mode="after")
@@ -155,7 +159,8 @@ class GatewayConfig(_Strict):
     routing: Routing = Field(default_factory=Routing)
     scrape_interval_s: float = Field(0.5, gt=0, description="How often each engine's /ready and /metrics are read.")
     connect_timeout_s: float = Field(2.0, gt=0)
-    request_timeout_s: float = Field(600.0, gt=0, description="Deadline for a local backend's first byte.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Deadline for a local backend's first byte, and for "
+                                     "a whole answer from the overflow API.")
     slo: Slo = Field(default_factory=Slo)
     overflow: Overflow = Field(default_factory=Overflow)
     opt_out_header: str = "x-floodway-no-overflow"

@@ -252,6 +252,25 @@ def prefill_rate_sample(backlog_tokens: float, prompt_tokens: int, ttft_s: float
 
 PREFILL_RATE_EWMA = 0.2  # weight of each new sample in the learned prefill rate
 
+# A pace below any healthy API's (the slowest hosted models stream ~20 tokens/s): a whole answer slower than this
+# is taken for a stalled API, not a long answer. The gateway config's overflow.slowest_tokens_per_s defaults to it.
+SLOWEST_TOKENS_PER_S = 10.0
+
+
+def overflow_deadline_s(first_byte_timeout_s: float, answer_timeout_s: float, stream: bool,
+                        completion_limit: int | None, slowest_tokens_per_s: float = SLOWEST_TOKENS_PER_S) -> float:
+    """How long the overflow API may go without sending a byte before the attempt counts as failed (and is retried
+    locally). A stream's first byte is its first token, so `first_byte_timeout_s`. A whole answer's first byte
+    comes after its last token: the first-byte timeout plus the tokens the request allows at the slowest healthy
+    pace, at most `answer_timeout_s` (the gateway's deadline for a whole answer), which is also the deadline where
+    the request names no limit. With the first-byte timeout alone, every answer longer than it counted as a
+    failure, was generated twice (the API's copy thrown away) and pushed the breaker towards open."""
+    if stream:
+        return first_byte_timeout_s
+    if completion_limit is None:
+        return answer_timeout_s
+    return min(answer_timeout_s, first_byte_timeout_s + completion_limit / slowest_tokens_per_s)
+
 
 def learned_prefill_rate(rate: float | None, sample: float | None) -> float | None:
     """The gateway's prefill rate after one more answer's sample (prefill_rate_sample; None: no sample)."""

@@ -47,11 +47,15 @@ def estimate_prompt_tokens(payload: dict) -> int:
     return -(-_text_chars(payload) // CHARS_PER_TOKEN)
 
 
+def completion_limit(payload: dict) -> int | None:
+    """The completion tokens the request allows (max_completion_tokens or max_tokens); None where it names none."""
+    limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+
+
 def estimate_tokens(payload: dict) -> int:
     """Prompt tokens plus the completion tokens the request may use."""
-    limit = payload.get("max_completion_tokens") or payload.get("max_tokens") or DEFAULT_MAX_TOKENS
-    limit = limit if isinstance(limit, int) and limit > 0 else DEFAULT_MAX_TOKENS
-    return estimate_prompt_tokens(payload) + limit
+    return estimate_prompt_tokens(payload) + (completion_limit(payload) or DEFAULT_MAX_TOKENS)
 
 
 def error_body(message: str, type_: str, code: str | None = None) -> dict:

@@ -34,11 +34,13 @@ from floodway.operator.gateway.overflow import (
     budget_refill,
     budget_take,
     learned_prefill_rate,
+    overflow_deadline_s,
     overflow_decision,
     predict_ttft_from_backlog,
     prefill_rate_sample,
 )
 from floodway.operator.gateway.payload import (
+    completion_limit,
     error_body,
     estimate_prompt_tokens,
     estimate_tokens,
@@ -107,8 +109,6 @@ class Gateway:
         self._wake = asyncio.Event()
         self._counters: dict[tuple[str, str], object] = {}  # prometheus children by labels (labels() is slow)
         self._opt_out_header = config.opt_out_header.lower()
-        o = config.overflow
-        self._remote_timeout = aiohttp.ClientTimeout(sock_connect=o.connect_timeout_s, sock_read=o.first_byte_timeout_s)
 
     # -- state the overflow rule reads ---------------------------------------------------------------
     def notify(self) -> None:
@@ -270,11 +270,15 @@ class Gateway:
             self.metrics.added_latency.observe(time.perf_counter() - t0)
         url = o.base_url.rstrip("/") + path.removeprefix("/v1")
         body = overflow_body(path, payload, o.model)
-        return await self._send(self._post_remote(url, body, headers), stream, "overflow",
+        deadline = overflow_deadline_s(o.first_byte_timeout_s, self.config.request_timeout_s, stream,
+                                       completion_limit(payload), o.slowest_tokens_per_s)
+        timeout = aiohttp.ClientTimeout(sock_connect=o.connect_timeout_s, sock_read=deadline)
+        return await self._send(self._post_remote(url, body, headers, timeout), stream, "overflow",
                                 lambda ok: self.notify(), lambda status: self._breaker_result(True))
 
-    async def _post_remote(self, url: str, body: bytes, headers: dict) -> RemoteResponse:
-        return RemoteResponse(await self.remote.post(url, data=body, headers=headers, timeout=self._remote_timeout))
+    async def _post_remote(self, url: str, body: bytes, headers: dict, timeout: aiohttp.ClientTimeout
+                           ) -> RemoteResponse:
+        return RemoteResponse(await self.remote.post(url, data=body, headers=headers, timeout=timeout))
 
     def _breaker_result(self, ok: bool) -> None:
         self.breaker = breaker_on_result(self.breaker, self.policy.breaker, ok, self.clock())

@@ -46,6 +46,20 @@ def engines(tmp_path_factory):
 
 
 @pytest.fixture
+def engine(tmp_path_factory):
+    """start(name, served, *args) -> Proc: one more engine for a single test, stopped after it."""
+    started = []
+
+    def start(name: str, served: str = MODEL, *extra: str) -> procs.Proc:
+        started.append(start_engine(tmp_path_factory, name, served, *extra))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        proc.stop(grace_s=5)
+
+
+@pytest.fixture
 def gateway(tmp_path):
     """start(config: dict, env=None, ready_path="/ready", debug_state=True) -> Proc; every gateway started is
     stopped after the test."""

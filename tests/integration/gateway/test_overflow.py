@@ -209,6 +209,31 @@ def test_overflow_api_down_opens_breaker_and_falls_back_to_local(engines, gatewa
     no_secret_anywhere(gw, *(r.body for r in results))
 
 
+def test_a_whole_answer_slower_than_the_first_byte_timeout_is_no_failure(engine, gateway, metric):
+    """A request without stream gets its first byte after its last token: an overflow API that takes longer than
+    the first-byte timeout to generate it is slow, not down. Its answer is served, not retried locally, and the
+    breaker stays closed. Slowness by configuration: each of the API's steps takes at least 60 ms, so 32 tokens
+    take at least ~2 s against a 1 s first-byte timeout; the slowest healthy pace is set to 1 token/s (the
+    deadline: 1 s + 32 s), as a CPU-starved tiny engine runs under the default 10 (~5 tokens/s with the other
+    core busy)."""
+    slow_api = engine("slow-external", "ext", "--step-delay-ms", "60")
+    dead_local = f"http://127.0.0.1:{procs.free_port()}"  # never ready: every request overflows
+    gw = gateway({"backends": {"static": [dead_local]}, "overflow": {
+        "enabled": True, "base_url": slow_api.url + "/v1", "model": "ext", "api_key_env": "OVERFLOW_KEY",
+        "first_byte_timeout_s": 1.0, "slowest_tokens_per_s": 1.0,
+        "breaker": {"failure_threshold": 1, "cooldown_s": 3600}}})
+    whole = httpx.post(gw.url + "/v1/completions", json={**PLAIN, "max_tokens": 32}, timeout=60)
+    assert whole.status_code == 200, whole.text
+    assert whole.headers["x-floodway-backend"] == "overflow"
+    assert whole.json()["usage"]["completion_tokens"] == 32
+    assert whole.elapsed.total_seconds() > 1.0  # it did outlast the first-byte timeout
+    assert metric(gw.url, "floodway_gateway_requests_total", backend="overflow", outcome="retried") == 0
+    assert metric(gw.url, "floodway_gateway_overflow_breaker_open") == 0
+    with httpx.stream("POST", gw.url + "/v1/completions", json={**STREAM, "max_tokens": 32}, timeout=60) as stream:
+        assert stream.status_code == 200 and stream.headers["x-floodway-backend"] == "overflow"
+        assert stream.read().decode().rstrip().endswith("data: [DONE]")  # its first token came within 1 s
+
+
 def test_frozen_overflow_api_never_hangs(engines, gateway, metric, no_secret_anywhere):
     """No local replica and an API that accepts connections but never answers: each request gets a 429
     within the first-byte timeout plus the hold deadline."""

@@ -15,6 +15,7 @@ from floodway.operator.gateway.overflow import (
     budget_take,
     budget_wait_s,
     learned_prefill_rate,
+    overflow_deadline_s,
     overflow_decision,
     predict_ttft_from_backlog,
     predict_ttft_s,
@@ -153,3 +154,12 @@ def test_the_learned_prefill_rate_starts_at_the_first_sample_and_moves_a_fifth_o
     assert learned_prefill_rate(None, None) is None and learned_prefill_rate(None, 8000.0) == 8000.0
     assert learned_prefill_rate(8000.0, 18000.0) == pytest.approx(10_000.0)
     assert learned_prefill_rate(8000.0, None) == 8000.0
+
+
+def test_a_whole_answer_may_take_as_long_as_its_tokens_at_the_slowest_pace_a_stream_only_the_first_byte_timeout():
+    assert overflow_deadline_s(30.0, 600.0, stream=True, completion_limit=4000) == 30.0
+    assert overflow_deadline_s(30.0, 600.0, stream=False, completion_limit=500) == 30.0 + 500 / 10.0
+    assert overflow_deadline_s(30.0, 600.0, stream=False, completion_limit=8000) == 600.0  # at most a whole answer's
+    assert overflow_deadline_s(30.0, 600.0, stream=False, completion_limit=None) == 600.0  # no limit named
+    assert overflow_deadline_s(1.0, 600.0, stream=False, completion_limit=8) == pytest.approx(1.8)
+    assert overflow_deadline_s(1.0, 600.0, stream=False, completion_limit=8, slowest_tokens_per_s=1.0) == 9.0

@@ -2,7 +2,13 @@ import json
 import os
 
 import pytest
-from floodway.operator.gateway.payload import error_body, estimate_tokens, overflow_body, sse_error_event
+from floodway.operator.gateway.payload import (
+    completion_limit,
+    error_body,
+    estimate_tokens,
+    overflow_body,
+    sse_error_event,
+)
 from floodway.operator.gateway.secrets import ApiKey
 
 pytestmark = pytest.mark.unit
@@ -17,6 +23,14 @@ def test_estimate_tokens():
             "max_completion_tokens": 5}
     assert estimate_tokens(chat) == 2 + 5
     assert estimate_tokens({"prompt": "a", "max_tokens": "lots"}) == 1 + 16
+
+
+def test_completion_limit_is_the_limit_a_request_names_or_none():
+    assert completion_limit({"max_tokens": 10}) == 10
+    assert completion_limit({"max_completion_tokens": 5, "max_tokens": 10}) == 5
+    assert completion_limit({"messages": []}) is None
+    for bad in ("lots", 0, -3, True, 2.5, None):
+        assert completion_limit({"max_tokens": bad}) is None
 
 
 def test_overflow_body_rewrites_the_model_and_keeps_only_openai_fields():
