@@ -28,7 +28,7 @@ def status_line(name: str, status: dict) -> str:
             f"waiting {num('waiting', '{:g}')}  running {num('running', '{:g}')}  kv {num('kvCacheUsage')}  "
             f"slo {num('sloAttainment')}  arrivals/s {num('arrivalRate')}  overflow {num('overflowRate')}  "
             f"{'OVERFLOWING  ' if conds.get('Overflowing') == 'True' else ''}"
-            + (f"| {status['lastScaleReason']}" if status.get("lastScaleReason") else "")).rstrip()
+            + (f"| last scale: {status['lastScaleReason']}" if status.get("lastScaleReason") else "")).rstrip()
 
 
 class LocalRunner:

@@ -196,7 +196,7 @@ def test_local_status_line():
           "conditions": [{"type": "Overflowing", "status": "True"}]}
     line = status_line("chat", st)
     assert line.startswith("chat: replicas 2/3 ready  waiting 4  running 2  kv 0.50  slo 0.97")
-    assert "OVERFLOWING" in line and line.endswith("| panic: demand 9")
+    assert "OVERFLOWING" in line and line.endswith("| last scale: panic: demand 9")  # not the current decision
     assert status_line("chat", {}).endswith("overflow -")
 
 
