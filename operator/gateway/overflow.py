@@ -252,6 +252,24 @@ def prefill_rate_sample(backlog_tokens: float, prompt_tokens: int, ttft_s: float
 
 PREFILL_RATE_EWMA = 0.2  # weight of each new sample in the learned prefill rate
 
+def learned_prefill_rate(rate: float | None, sample: float | None) -> float | None:
+    """The gateway's prefill rate after one more answer's sample (prefill_rate_sample; None: no sample)."""
+    if sample is None:
+        return rate
+    return sample if rate is None else (1 - PREFILL_RATE_EWMA) * rate + PREFILL_RATE_EWMA * sample
+
+
+def predict_ttft_s(waiting_per_ready: float, running_per_ready: float, mean_e2e_s: float | None,
+                   base_ttft_s: float) -> float | None:
+    """The former prediction, kept for the simulator's comparison (`--no-prefill-backlog-ttft`): its own prefill
+    time plus the wait for the queue ahead of it to start. Queued requests start as running ones finish, so a
+    replica drains `running / mean e2e latency` requests per second (Little's law); None until a latency
+    has been observed. It misses bursts of long prompts, which add no requests but many prefill tokens."""
+    if mean_e2e_s is None or mean_e2e_s <= 0:
+        return None
+    return base_ttft_s + waiting_per_ready * mean_e2e_s / max(running_per_ready, 1.0)
+
+
 # A pace below any healthy API's (the slowest hosted models stream ~20 tokens/s): a whole answer slower than this
 # is taken for a stalled API, not a long answer. The gateway config's overflow.slowest_tokens_per_s defaults to it.
 SLOWEST_TOKENS_PER_S = 10.0
@@ -270,21 +288,3 @@ def overflow_deadline_s(first_byte_timeout_s: float, answer_timeout_s: float, st
     if completion_limit is None:
         return answer_timeout_s
     return min(answer_timeout_s, first_byte_timeout_s + completion_limit / slowest_tokens_per_s)
-
-
-def learned_prefill_rate(rate: float | None, sample: float | None) -> float | None:
-    """The gateway's prefill rate after one more answer's sample (prefill_rate_sample; None: no sample)."""
-    if sample is None:
-        return rate
-    return sample if rate is None else (1 - PREFILL_RATE_EWMA) * rate + PREFILL_RATE_EWMA * sample
-
-
-def predict_ttft_s(waiting_per_ready: float, running_per_ready: float, mean_e2e_s: float | None,
-                   base_ttft_s: float) -> float | None:
-    """The former prediction, kept for the simulator's comparison (`--no-prefill-backlog-ttft`): its own prefill
-    time plus the wait for the queue ahead of it to start. Queued requests start as running ones finish, so a
-    replica drains `running / mean e2e latency` requests per second (Little's law); None until a latency
-    has been observed. It misses bursts of long prompts, which add no requests but many prefill tokens."""
-    if mean_e2e_s is None or mean_e2e_s <= 0:
-        return None
-    return base_ttft_s + waiting_per_ready * mean_e2e_s / max(running_per_ready, 1.0)
