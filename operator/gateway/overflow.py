@@ -252,6 +252,7 @@ def prefill_rate_sample(backlog_tokens: float, prompt_tokens: int, ttft_s: float
 
 PREFILL_RATE_EWMA = 0.2  # weight of each new sample in the learned prefill rate
 
+
 def learned_prefill_rate(rate: float | None, sample: float | None) -> float | None:
     """The gateway's prefill rate after one more answer's sample (prefill_rate_sample; None: no sample)."""
     if sample is None:
