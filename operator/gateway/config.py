@@ -159,8 +159,10 @@ class GatewayConfig(_Strict):
     routing: Routing = Field(default_factory=Routing)
     scrape_interval_s: float = Field(0.5, gt=0, description="How often each engine's /ready and /metrics are read.")
     connect_timeout_s: float = Field(2.0, gt=0)
-    request_timeout_s: float = Field(600.0, gt=0, description="Deadline for a local backend's first byte, and for "
-                                     "a whole answer from the overflow API.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Longest a local backend may send nothing (a "
+                                     "whole answer's first byte comes after its last token): then the client gets "
+                                     "504 and the backend stays in rotation. Also the overflow API's deadline for a "
+                                     "whole answer.")
     slo: Slo = Field(default_factory=Slo)
     overflow: Overflow = Field(default_factory=Overflow)
     opt_out_header: str = "x-floodway-no-overflow"

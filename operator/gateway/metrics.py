@@ -24,7 +24,8 @@ class GatewayMetrics:
         self.registry = r = CollectorRegistry()
         self.requests = Counter(
             "floodway_gateway_requests", "Attempts by backend and outcome (ok, client_error, retried: failed "
-            "before the first byte and sent elsewhere, stream_error, rejected: answered 429 by the gateway)",
+            "before the first byte and sent elsewhere, stream_error, rejected: answered 429 by the gateway, "
+            "timed_out: a local engine silent for request_timeout_s, answered 504)",
             ["backend", "outcome"], registry=r)
         self.overflow = Counter("floodway_gateway_overflow", "Requests sent to the overflow API, by trigger",
                                 ["reason"], registry=r)

@@ -50,7 +50,7 @@ from floodway.operator.gateway.payload import (
 )
 from floodway.operator.gateway.prefix_index import request_keys
 from floodway.operator.gateway.secrets import ApiKey
-from floodway.operator.gateway.upstream import RemoteResponse, UpstreamClient, UpstreamError
+from floodway.operator.gateway.upstream import RemoteResponse, UpstreamClient, UpstreamError, UpstreamTimeout
 from floodway.operator.gateway.upstream import Response as EngineResponse
 from floodway.operator.gateway.validate import refusal
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -303,6 +303,17 @@ class Gateway:
                 content = await response.readany()
                 if not content:  # the stream ended before its first chunk
                     raise _Failed(response.status)
+        except UpstreamTimeout as e:  # a local engine silent for request_timeout_s
+            # Slow, not failed: a retry would start the work over elsewhere as late as this, and one request is
+            # no verdict on the backend's health (its probe gives that), so it stays in rotation.
+            log.warning("%s timed out: %s", backend_id, e)
+            if response is not None:
+                response.close()
+            self._count(backend_id, "timed_out")
+            done(False)
+            return Reply(json.dumps(error_body(f"the engine sent nothing for {self.config.request_timeout_s:g} s "
+                                               "(request_timeout_s)", "server_error", "backend_timeout")).encode(),
+                         504, backend_id, "application/json")
         except (*_UPSTREAM_ERRORS, _Failed) as e:
             reason = str(e) or type(e).__name__
             log.warning("%s failed before the first byte: %s", backend_id, self.api_key.scrub(reason))

@@ -29,6 +29,10 @@ class UpstreamError(Exception):
     """The engine could not be reached, closed the connection, answered garbage or went silent."""
 
 
+class UpstreamTimeout(UpstreamError):
+    """The engine sent nothing for the read timeout: slow (a long whole answer, a deep queue), not known to be ill."""
+
+
 class _Closed(UpstreamError):
     """The engine closed the connection (on a reused one before any answer: it had gone stale)."""
 
@@ -80,7 +84,7 @@ class Response:
 
     def _expire(self, waiter: asyncio.Future) -> None:
         if not waiter.done():
-            self._fail(UpstreamError(f"no data from the engine for {self._read_timeout_s:g} s"))
+            self._fail(UpstreamTimeout(f"no data from the engine for {self._read_timeout_s:g} s"))
             self._conn.transport.close()
 
     async def _wait_head(self) -> None:

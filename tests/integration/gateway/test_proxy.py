@@ -150,6 +150,34 @@ def test_no_ready_backend_overflows_or_answers_429(engines, gateway, metric):
     assert "hold_timeout" in r.json()["error"]["message"]
 
 
+def test_an_engine_slower_than_the_request_timeout_gets_504_and_stays_in_rotation(engine, gateway, metric):
+    """A local engine that sends nothing for request_timeout_s is slow, not failed: the client gets 504 naming the
+    timeout, nothing is retried (the work would start over elsewhere as late), the engine aborts it, and the
+    backend stays in rotation; it used to be marked unready (here, with a 60 s scrape interval, for a minute).
+    Slowness by configuration: each engine step takes at least 100 ms, so a whole answer of 32 tokens takes at
+    least 3.2 s against a 1 s timeout, while a stream's chunks come every step."""
+    slow = engine("slow-local", MODEL, "--step-delay-ms", "100")
+    gw = gateway({"backends": {"static": [slow.url]}, "served_models": [MODEL], "scrape_interval_s": 60,
+                  "request_timeout_s": 1.0, "overflow": {"hold_timeout_s": 1.0}})
+
+    def ready() -> bool:
+        return httpx.get(gw.url + "/debug/state", timeout=10).json()["backends"][0]["ready"]
+
+    procs.wait_until(ready, 30, "the engine ready in the gateway")
+    whole = httpx.post(gw.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 32,
+                                                         "ignore_eos": True}, timeout=60)
+    assert whole.status_code == 504 and whole.headers["x-floodway-backend"] == slow.url, whole.text
+    assert whole.json()["error"]["code"] == "backend_timeout" and "request_timeout_s" in whole.text
+    assert metric(gw.url, "floodway_gateway_requests_total", backend=slow.url, outcome="timed_out") == 1
+    assert metric(gw.url, "floodway_gateway_requests_total", outcome="retried") == 0
+    assert ready()
+    procs.wait_until(lambda: metric(slow.url, "vllm:num_requests_running") == 0, 30, "the engine aborted it")
+    with httpx.stream("POST", gw.url + "/v1/completions", timeout=60, json={
+            "model": MODEL, "prompt": "x", "max_tokens": 8, "ignore_eos": True, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["x-floodway-backend"] == slow.url
+        assert r.read().decode().rstrip().endswith("data: [DONE]")
+
+
 def test_a_client_leaving_a_stream_aborts_it_on_the_engine(engines, gateway, metric):
     local_a = engines[0]
     gw = gateway({"backends": {"static": [local_a.url]}, "served_models": [MODEL]})
