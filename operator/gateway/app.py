@@ -26,6 +26,7 @@ from floodway.operator.gateway.payload import error_body
 from floodway.operator.gateway.proxy import Gateway
 from floodway.operator.gateway.upstream import UpstreamClient
 from floodway.operator.runtimes import RUNTIMES
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 log = logging.getLogger("floodway.gateway")
@@ -101,6 +102,12 @@ def create_app(config: GatewayConfig):
                 local.close()
 
     app = FastAPI(title="floodway gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        """Unknown paths and methods in the OpenAI error shape, as the engines answer them."""
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(exc.detail), kind), exc.status_code, headers=exc.headers)
 
     if tokens is not None:
         @app.middleware("http")

@@ -152,7 +152,8 @@ class GatewayConfig(_Strict):
     host: str = "0.0.0.0"
     port: int = Field(8000, ge=0, le=65535)
     served_models: list[str] = Field(default_factory=list, description="Names /v1/models lists (default: "
-                                     "the backends'); requests naming another model get 404.")
+                                     "the backends'); requests naming another model get 404, naming none the "
+                                     "served one, as engines do.")
     backends: Backends = Field(default_factory=Backends)
     engine_runtime: Literal[tuple(RUNTIMES)] = Field(DEFAULT, description="What the engines run "
                                                      "(operator/runtimes.py): their readiness path and metric names.")

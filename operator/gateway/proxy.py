@@ -153,9 +153,9 @@ class Gateway:
         refused = refusal(path, payload)
         if refused is not None:
             return refused
-        served = self.config.served_models
-        if served and payload.get("model") not in served:
-            return JSONResponse(error_body(f"model {payload.get('model')!r} does not exist; served: {served}",
+        served, model = self.config.served_models, payload.get("model")
+        if served and model is not None and model not in served:  # none named: the served one, as engines do
+            return JSONResponse(error_body(f"model {model!r} does not exist; served: {served}",
                                            "invalid_request_error", "model_not_found"), 404)
         opt_out = headers.get(self._opt_out_header, "").lower() not in ("", "0", "false", "no")
         info, prompt = RequestInfo(estimate_tokens(payload), self.clock(), opt_out), estimate_prompt_tokens(payload)

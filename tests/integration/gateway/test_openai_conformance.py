@@ -156,14 +156,17 @@ def test_responses_through_the_gateway_conform(engines, gateway, validate_openai
 
 
 def test_the_gateways_own_errors_conform(gateway, validate_openai):
-    """Errors the gateway answers itself: wrong method, body too large, bad value, no backend and no overflow."""
+    """Errors the gateway answers itself: wrong method, body too large, bad value, no backend and no overflow,
+    a path it does not serve."""
     gw = gateway({"served_models": [MODEL], "backends": {"static": [DEAD]}, "max_body_bytes": 4096},
                  ready_path="/health")
     chat = {"model": MODEL, "messages": CHAT, "max_tokens": 2}
     answers = [httpx.get(gw.url + "/v1/chat/completions"),
                httpx.post(gw.url + "/v1/completions", json={"model": MODEL, "prompt": "x" * 8000}),
                httpx.post(gw.url + "/v1/chat/completions", json={**chat, "temperature": 9}),
-               httpx.post(gw.url + "/v1/chat/completions", json=chat, timeout=60)]
+               httpx.post(gw.url + "/v1/chat/completions", json=chat, timeout=60),
+               httpx.get(gw.url + "/v1/files")]
     assert [r.status_code for r in answers[:3]] == [405, 413, 400] and answers[3].status_code in (429, 503)
+    assert answers[4].status_code == 404
     for r in answers:
         validate_openai(r.json(), "ErrorResponse")

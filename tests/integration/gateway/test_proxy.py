@@ -66,6 +66,10 @@ def test_errors_keep_the_openai_shape(engines, gateway):
     assert relayed.json()["error"]["code"] == "context_length_exceeded"
     wrong_method = httpx.get(gw.url + "/v1/completions", timeout=30)
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
+    nowhere = httpx.post(gw.url + "/v1/embeddings", json={"input": "x"}, timeout=30)
+    assert nowhere.status_code == 404 and nowhere.json()["error"]["type"] == "not_found_error"
+    unnamed = httpx.post(gw.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=60)
+    assert unnamed.status_code == 200 and unnamed.json()["model"] == MODEL  # as the engine serves it directly
 
 
 def test_client_auth_with_bearer_tokens(engines, gateway, tmp_path):
