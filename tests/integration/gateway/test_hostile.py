@@ -1,6 +1,7 @@
 """Hostile input at a real gateway in front of real engines: every bad body gets the engines' own 400 naming
 the field on both paths (local, and overflow, where nothing may reach the API), a body over the limit gets
-413, /debug/state is off unless configured, and none of it takes a backend out of rotation."""
+413, a head over its limit 431, /debug/state is off unless configured, and none of it takes a backend out of
+rotation."""
 
 import http.server
 import json
@@ -38,6 +39,14 @@ HOSTILE = [
 VALID = {"model": MODEL, "prompt": "x", "max_tokens": 2}
 
 
+def endless_head(url: str) -> bytes:
+    """What a server answers a request head of 80 KB that is still unfinished."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nx-endless: " + b"a" * 80_000)
+        return s.recv(100)
+
+
 @pytest.mark.parametrize("route", ["local", "overflow"])
 def test_bad_bodies_get_400_naming_the_field_on_every_path(engines, gateway, metric, route):
     local_a, _, external = engines
@@ -57,6 +66,9 @@ def test_bad_bodies_get_400_naming_the_field_on_every_path(engines, gateway, met
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     r = httpx.post(gw.url + CMPL, content=iter([b"a" * 2**20] * 6), timeout=60)
     assert r.status_code == 413
+    # A head that does not end (one header, never finished) gets 431 at the gateway and at the engine.
+    for url in (gw.url, local_a.url):
+        assert endless_head(url).startswith(b"HTTP/1.1 431 "), url
 
     assert metric(gw.url, "floodway_gateway_overflow_total") == 0  # nothing reached the overflow API
     ok = httpx.post(gw.url + CMPL, json=VALID, timeout=60)  # and the next valid request is served as before
