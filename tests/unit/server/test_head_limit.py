@@ -1,13 +1,14 @@
-"""The request head's size limit on a real uvicorn server (the protocol the engine and the gateway run): a head
-that never ends gets 431 and a closed connection instead of growing the server, while heads under the limit and
-large bodies on a kept-alive connection are untouched."""
+"""The request head's limits on a real uvicorn server (the protocol the engine and the gateway run): a head that
+never ends gets 431 and a closed connection instead of growing the server, a connection that sends no complete
+head in time is closed instead of held forever, while heads under the limit and large bodies on a kept-alive
+connection are untouched."""
 
 import asyncio
 import json
 
 import pytest
 import uvicorn
-from floodway.engine.server.head_limit import MAX_HEAD_BYTES, BoundedHead
+from floodway.engine.server.head_limit import HEAD_TIMEOUT_S, MAX_HEAD_BYTES, BoundedHead
 from floodway.operator import procs
 
 pytestmark = pytest.mark.unit
@@ -25,9 +26,12 @@ async def echo_length(scope, receive, send):
 
 
 @pytest.fixture
-async def server():
+async def server(request):
+    """The port of a uvicorn server running BoundedHead; `@pytest.mark.parametrize("server", [seconds],
+    indirect=True)` shortens its head timeout."""
+    protocol = type("Bounded", (BoundedHead,), {"head_timeout_s": getattr(request, "param", HEAD_TIMEOUT_S)})
     port = procs.free_port()
-    srv = uvicorn.Server(uvicorn.Config(echo_length, host="127.0.0.1", port=port, http=BoundedHead, loop="asyncio",
+    srv = uvicorn.Server(uvicorn.Config(echo_length, host="127.0.0.1", port=port, http=protocol, loop="asyncio",
                                         log_level="warning", lifespan="off"))
     task = asyncio.create_task(srv.serve())
     for _ in range(500):  # started within 10 s
@@ -86,3 +90,13 @@ async def test_heads_under_the_limit_and_big_bodies_on_a_kept_alive_connection_p
         writer.write(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: %d\r\n\r\n" % size + b"x" * size)
         assert (await read_answer(reader))[::2] == (200, str(size).encode())
     writer.close()
+
+
+@pytest.mark.parametrize("server", [1.0], indirect=True)
+async def test_connections_without_a_complete_head_in_time_are_closed(server):
+    silent = await asyncio.open_connection("127.0.0.1", server)
+    trickling = await asyncio.open_connection("127.0.0.1", server)
+    trickling[1].write(b"POST / HTTP/1.1\r\nhost: t\r\n")  # and no more
+    for reader, writer in (silent, trickling):
+        assert await asyncio.wait_for(reader.read(), 30) == b""  # closed by the server, not by the deadline here
+        writer.close()
