@@ -8,7 +8,7 @@ import logging
 import signal
 
 import uvicorn
-from floodway.engine.server.head_limit import BoundedHead
+from floodway.engine.server.client_limits import ClientLimits
 
 log = logging.getLogger("floodway.engine.server")
 
@@ -52,5 +52,5 @@ class DrainingServer(uvicorn.Server):
 
 def serve(app, host: str, port: int, log_level: str = "info") -> None:
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
-                            access_log=False, http=BoundedHead)
+                            access_log=False, http=ClientLimits)
     DrainingServer(config, app.state.server).run()

@@ -29,7 +29,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         import logging
 
         import uvicorn
-        from floodway.engine.server.head_limit import BoundedHead
+        from floodway.engine.server.client_limits import ClientLimits
         from floodway.operator.gateway.app import create_app
         from floodway.operator.gateway.config import load_config
 
@@ -39,7 +39,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             application = create_app(cfg)
         uvicorn.run(application, host=host or cfg.host, port=cfg.port if port is None else port,
                     log_level=log_level, access_log=False, timeout_graceful_shutdown=15,
-                    loop="uvloop", http=BoundedHead, proxy_headers=False)  # httptools, uvloop: the fastest pair
+                    loop="uvloop", http=ClientLimits, proxy_headers=False)  # httptools, uvloop: the fastest pair
 
     @bench_app.command("gateway")
     def bench_gateway(

@@ -1,14 +1,14 @@
-"""The request head's limits on a real uvicorn server (the protocol the engine and the gateway run): a head that
+"""A client connection's limits on a real uvicorn server (the protocol the engine and the gateway run): a head that
 never ends gets 431 and a closed connection instead of growing the server, a connection that sends no complete
-head in time is closed instead of held forever, while heads under the limit and large bodies on a kept-alive
-connection are untouched."""
+head in time is closed and one whose body stalls gets 408, instead of being held forever, while heads under the
+limit and large bodies on a kept-alive connection are untouched."""
 
 import asyncio
 import json
 
 import pytest
 import uvicorn
-from floodway.engine.server.head_limit import HEAD_TIMEOUT_S, MAX_HEAD_BYTES, BoundedHead
+from floodway.engine.server.client_limits import HEAD_TIMEOUT_S, MAX_HEAD_BYTES, ClientLimits
 from floodway.operator import procs
 
 pytestmark = pytest.mark.unit
@@ -27,9 +27,10 @@ async def echo_length(scope, receive, send):
 
 @pytest.fixture
 async def server(request):
-    """The port of a uvicorn server running BoundedHead; `@pytest.mark.parametrize("server", [seconds],
-    indirect=True)` shortens its head timeout."""
-    protocol = type("Bounded", (BoundedHead,), {"head_timeout_s": getattr(request, "param", HEAD_TIMEOUT_S)})
+    """The port of a uvicorn server running ClientLimits; `@pytest.mark.parametrize("server", [seconds],
+    indirect=True)` shortens its head and body timeouts."""
+    timeout_s = getattr(request, "param", HEAD_TIMEOUT_S)
+    protocol = type("Limits", (ClientLimits,), {"head_timeout_s": timeout_s, "body_idle_timeout_s": timeout_s})
     port = procs.free_port()
     srv = uvicorn.Server(uvicorn.Config(echo_length, host="127.0.0.1", port=port, http=protocol, loop="asyncio",
                                         log_level="warning", lifespan="off"))
@@ -100,3 +101,14 @@ async def test_connections_without_a_complete_head_in_time_are_closed(server):
     for reader, writer in (silent, trickling):
         assert await asyncio.wait_for(reader.read(), 30) == b""  # closed by the server, not by the deadline here
         writer.close()
+
+
+@pytest.mark.parametrize("server", [1.0], indirect=True)
+async def test_a_stalled_body_gets_408(server):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server)
+    writer.write(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 100\r\n\r\n" + b"x" * 10)  # 90 never come
+    status, headers, body = await read_answer(reader)
+    assert status == 408 and headers["connection"] == "close"
+    assert json.loads(body)["error"]["code"] == "request_timeout"
+    assert await asyncio.wait_for(reader.read(), 30) == b""
+    writer.close()
