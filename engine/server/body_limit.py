@@ -29,13 +29,17 @@ async def read_body(scope, receive, max_bytes: int) -> bytes | None:
             return b"".join(chunks)
 
 
+def error_json(message: str, code: str) -> bytes:
+    """An OpenAI-shaped error body for a request refused before any handler read it."""
+    error = ErrorInfo(message=message, type="invalid_request_error", code=code)
+    return json.dumps(ErrorResponse(error=error).model_dump()).encode()
+
+
 class TooLarge:
     """The 413 answer (an ASGI application); the connection closes, as the rest of the body is never read."""
 
     def __init__(self, max_bytes: int):
-        error = ErrorInfo(message=f"Request body too large: the limit is {max_bytes} bytes.",
-                          type="invalid_request_error", code="request_too_large")
-        self.body = json.dumps(ErrorResponse(error=error).model_dump()).encode()
+        self.body = error_json(f"Request body too large: the limit is {max_bytes} bytes.", "request_too_large")
 
     async def __call__(self, scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": 413,

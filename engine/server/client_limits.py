@@ -7,9 +7,7 @@ never ended grew a gateway by 320 MB in 90 s, and its CPU, as the buffers are co
 the pod's OOM kill), and holds a connection that sends nothing, or trickles a head or a body, forever (slowloris):
 each a file descriptor and, with a body, a request task."""
 
-import json
-
-from floodway.engine.server.responses import ErrorInfo, ErrorResponse
+from floodway.engine.server.body_limit import error_json
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_HEAD_BYTES = 64 * 1024  # what an OpenAI client sends is a few hundred bytes; proxies' defaults are 8-64 KB
@@ -19,8 +17,7 @@ BODY_IDLE_TIMEOUT_S = 30.0  # the longest pause within a body (nginx's client_bo
 
 def error_response(status: int, reason: str, message: str, code: str) -> bytes:
     """A whole HTTP response in the OpenAI error shape that closes the connection."""
-    error = ErrorInfo(message=message, type="invalid_request_error", code=code)
-    body = json.dumps(ErrorResponse(error=error).model_dump()).encode()
+    body = error_json(message, code)
     return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
             "connection: close\r\n\r\n").encode() + body
 
