@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 import aiohttp
+from floodway.operator.gateway.overflow import SlotHold, slot_hold_update, slot_wait_s
 from floodway.operator.gateway.prefix_index import BLOCK_TOKENS, PrefixIndex
 from floodway.operator.gateway.routing import (
     BackendLoad,
@@ -39,16 +40,17 @@ _RATE = "floodway_prefill_tokens_per_second"  # ours only: its prefill rate whil
 
 
 def parse_engine_load(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> dict[str, float]:
-    """{waiting, running, kv_usage, max_num_seqs, kv_tokens, prefill_waiting, prefill_rate} from an engine's
-    Prometheus text (the runtime's `names`), summed over label sets; absent gauges read 0. Only the lines of these
-    gauges are parsed: engines also export many histogram buckets."""
+    """{waiting, running, kv_usage, max_num_seqs, kv_tokens, prefill_waiting, prefill_rate, finished} from an
+    engine's Prometheus text (the runtime's `names`), summed over label sets; absent gauges read 0. Only the lines
+    of these gauges and of the finished-requests counter are parsed: engines also export many histogram buckets."""
     gauges = names.gauges()
-    wanted = "\n".join(line for line in text.splitlines() if line.startswith((*gauges, _INFO, _BACKLOG, _RATE)))
+    wanted = "\n".join(line for line in text.splitlines()
+                       if line.startswith((*gauges, *names.finished, _INFO, _BACKLOG, _RATE)))
     found: dict[str, float] = {}
     max_num_seqs = kv_tokens = 0.0
     for family in text_string_to_metric_families(wanted + "\n"):
         for sample in family.samples:
-            if sample.name in gauges or sample.name in (_BACKLOG, _RATE):
+            if sample.name in gauges or sample.name in (_BACKLOG, _RATE) or sample.name in names.finished:
                 found[sample.name] = found.get(sample.name, 0.0) + sample.value
             elif sample.name == _INFO and sample.labels.get("max_num_seqs", "").isdigit():
                 max_num_seqs += float(sample.labels["max_num_seqs"])
@@ -57,7 +59,8 @@ def parse_engine_load(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics)
     load = {signal: next((found[n] for n in getattr(names, signal) if n in found), 0.0)
             for signal in ("waiting", "running", "kv_usage")}
     return {**load, "max_num_seqs": max_num_seqs, "kv_tokens": kv_tokens, "prefill_waiting": found.get(_BACKLOG, 0.0),
-            "prefill_rate": found.get(_RATE, 0.0)}
+            "prefill_rate": found.get(_RATE, 0.0),
+            "finished": next((found[n] for n in names.finished if n in found), 0.0)}
 
 
 async def get_text(session: aiohttp.ClientSession, url: str, timeout: aiohttp.ClientTimeout) -> tuple[int, str]:
@@ -83,11 +86,25 @@ class Backend:
     pending_tokens: int = 0  # uncached prompt tokens of the gateway's requests there without a first byte yet
     recent_work: float = 0.0  # work sent there (routing.sent_work), decayed to recent_at (routing.decayed)
     recent_at: float = 0.0
+    hold: SlotHold = SlotHold()  # how long its requests hold a batch slot, from its scrapes
+    scraped_at: float | None = None
 
     @property
     def backlog(self) -> float:
         """Prompt tokens a request sent now waits behind: the scrape's or the gateway's own, whichever is more."""
         return max(self.prefill_waiting, float(self.pending_tokens))
+
+    @property
+    def requests_ahead(self) -> float:
+        """Requests on the engine now, running or queued: the scrape's and those the gateway sent since, or the
+        gateway's own in flight if more."""
+        return max(self.running + self.waiting + self.in_flight - self.in_flight_at_scrape, float(self.in_flight))
+
+    @property
+    def slot_wait_s(self) -> float:
+        """A request's wait for a batch slot there (overflow.slot_wait_s; 0 where the engine exports no batch size:
+        the most seen running is no bound to wait on)."""
+        return slot_wait_s(self.requests_ahead, self.max_num_seqs, self.hold.mean_s)
 
     @property
     def capacity(self) -> float:
@@ -207,9 +224,13 @@ class BackendTable:
                 load["max_num_seqs"], load["prefill_waiting"], load["prefill_rate"]
             if load["kv_tokens"]:
                 self.index.set_capacity(b.id, int(load["kv_tokens"]) // BLOCK_TOKENS)
+            now = self.clock()
+            b.hold = slot_hold_update(b.hold, b.running, load["finished"], now - (b.scraped_at or now))
+            b.scraped_at = now
 
     def snapshot(self) -> list[dict]:
         return [{"id": b.id, "url": b.url, "ready": b.ready, "in_flight": b.in_flight, "waiting": b.waiting,
                  "estimated_waiting": b.load().waiting, "running": b.running, "kv_usage": b.kv_usage,
-                 "prefill_tokens_per_s": b.prefill_rate, "prefix_blocks": self.index.size(b.id)}
+                 "prefill_tokens_per_s": b.prefill_rate, "prefix_blocks": self.index.size(b.id),
+                 "mean_slot_hold_s": b.hold.mean_s, "slot_wait_s": b.slot_wait_s}
                 for b in self.backends.values()]

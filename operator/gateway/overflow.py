@@ -229,19 +229,62 @@ def overflow_decision(pool: PoolState, policy: OverflowPolicy, request: RequestI
 
 
 def predict_ttft_from_backlog(backlog_tokens: float, prompt_tokens: int, engine_rate: float | None,
-                              learned_rate: float | None) -> float | None:
+                              learned_rate: float | None, slot_wait: float = 0.0) -> float | None:
     """TTFT of a request sent now: the prompt tokens ahead of it on the engine (floodway_num_prefill_tokens_waiting,
     or the gateway's own requests without a first byte, whichever is more) and its own, at the prefill rate the
-    engine exports (floodway_prefill_tokens_per_second: measured step times, while sequences decode). A runtime
-    that exports none (vLLM) is predicted at the rate earlier answers showed (`learned_prefill_rate`), and then
-    only with something ahead: a pool that a stale low rate had emptied gets traffic again (the samples that
-    correct a learned rate come only from answers it serves). None: no prediction (no rate yet). The default
-    prediction of the gateway."""
+    engine exports (floodway_prefill_tokens_per_second: measured step times, while sequences decode), plus its wait
+    for a batch slot (`slot_wait_s`). A runtime that exports no rate (vLLM) is predicted at the rate earlier answers
+    showed (`learned_prefill_rate`), and then only with something ahead: a pool that a stale low rate had emptied
+    gets traffic again (the samples that correct a learned rate come only from answers it serves). None: no
+    prediction (no rate yet, no slot wait). The default prediction of the gateway."""
     if engine_rate:
-        return (backlog_tokens + prompt_tokens) / engine_rate
+        return (backlog_tokens + prompt_tokens) / engine_rate + slot_wait
     if not learned_rate or backlog_tokens <= 0:
-        return None
-    return (backlog_tokens + prompt_tokens) / learned_rate
+        return slot_wait or None
+    return (backlog_tokens + prompt_tokens) / learned_rate + slot_wait
+
+
+@dataclass(frozen=True)
+class SlotHold:
+    """An engine's slot-seconds (requests running x time) and finished requests, each a sum decaying with
+    SLOT_HOLD_HALF_LIFE_S: their ratio is the mean time a request holds a batch slot (Little's law), recent
+    traffic weighing most. Idle spans add nothing and decay nothing, so a burst after quiet minutes meets the
+    hold time of the last busy span."""
+
+    slot_s: float = 0.0
+    finished: float = 0.0
+    counter: float | None = None  # the engine's finished-requests counter at the last update
+    running: float = 0.0  # requests running at the last update
+
+    @property
+    def mean_s(self) -> float | None:
+        return self.slot_s / self.finished if self.finished > 0 else None
+
+
+SLOT_HOLD_HALF_LIFE_S = 60.0
+
+
+def slot_hold_update(h: SlotHold, running: float, finished_counter: float, dt_s: float) -> SlotHold:
+    """After a scrape `dt_s` after the previous one: requests running now, the finished counter now."""
+    if h.counter is None or finished_counter < h.counter:  # the first scrape, or the engine restarted
+        return replace(h, counter=finished_counter, running=running)
+    finished = finished_counter - h.counter
+    if finished == 0 and running == 0 and h.running == 0:
+        return h
+    k = 0.5 ** (max(dt_s, 0.0) / SLOT_HOLD_HALF_LIFE_S)
+    return SlotHold(h.slot_s * k + (h.running + running) / 2 * max(dt_s, 0.0), h.finished * k + finished,
+                    finished_counter, running)
+
+
+def slot_wait_s(requests_ahead: float, max_num_seqs: float, mean_hold_s: float | None) -> float:
+    """How long a request sent now waits for a batch slot: the engine runs `max_num_seqs` at once (0: unknown) and
+    has `requests_ahead` running or queued; when they fill the batch, slots free at max_num_seqs / mean hold time
+    per second, and this request needs the (requests_ahead + 1 - max_num_seqs)-th. The prefill backlog alone
+    missed it: behind a full batch of long answers a short prompt waits for one of them to finish."""
+    need = requests_ahead + 1 - max_num_seqs
+    if max_num_seqs <= 0 or need <= 0 or not mean_hold_s:
+        return 0.0
+    return need * mean_hold_s / max_num_seqs
 
 
 def prefill_rate_sample(backlog_tokens: float, prompt_tokens: int, ttft_s: float) -> float | None:

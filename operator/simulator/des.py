@@ -95,6 +95,8 @@ class Slot:
     prompt_tokens: int = 0
     recent_work: float = 0.0  # the gateway's work sent here (routing.sent_work), decayed to recent_at
     recent_at: float = 0.0
+    hold: ov.SlotHold = ov.SlotHold()  # the gateway's estimate of how long requests hold a batch slot here
+    hold_at: float = 0.0
 
     def observe(self, r: SimRequest) -> None:
         _observe(self.ttft, r.first_token_s - r.arrival_s)
@@ -230,9 +232,12 @@ class Simulation:
         pred = None
         if n and self.cfg.ttft_from_prefill_backlog:
             self._learn_prefill_rate(t)
-            rep = self._pick(ready).replica
+            slot = self._pick(ready)
+            rep = slot.replica
+            slot.hold, slot.hold_at = ov.slot_hold_update(slot.hold, rep.running, slot.finished, t - slot.hold_at), t
             engine_rate = None if self.cfg.learned_prefill_rate else rep.prefill_rate
-            pred = ov.predict_ttft_from_backlog(rep.backlog, r.prompt, engine_rate, self.prefill_rate)
+            wait = ov.slot_wait_s(rep.running + rep.waiting, rep.p.max_num_seqs, slot.hold.mean_s)
+            pred = ov.predict_ttft_from_backlog(rep.backlog, r.prompt, engine_rate, self.prefill_rate, wait)
         elif n:
             # The request's own prefill time stands in for the gateway's base TTFT estimate.
             base = r.prompt / self.cfg.profile.prefill_tokens_per_s

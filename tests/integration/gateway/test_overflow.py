@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 import time
 
 import httpx
@@ -119,6 +120,36 @@ def test_long_prompts_overflow_on_predicted_ttft(engines, gateway, overflow_conf
     assert overflowed and len(overflowed) < len(results)
     assert {r.backend for r in results} - {"overflow"} == {e.url for e in local}  # each engine's first is local
     assert metric(gw.url, "floodway_gateway_overflow_total", reason="predicted_ttft") == len(overflowed)
+
+
+def test_a_short_request_behind_a_full_batch_overflows_on_its_slot_wait(engine, engines, gateway, metric):
+    """An engine running one sequence at a time (--max-num-seqs 1), each step at least 100 ms, so a 20-token answer
+    holds the slot at least 2 s whatever the CPU. Two such answers teach the gateway the hold time (from the
+    engine's finished counter and running gauge); then, with a third holding the slot, a short request has no
+    prefill backlog ahead and no queue (the queue-depth rule's 4 is far), yet would wait seconds for the slot
+    against a 1 s TTFT SLO: it overflows on the predicted TTFT. It stayed local before, and waited."""
+    external = engines[2]
+    one = engine("one-slot", MODEL, "--max-num-seqs", "1", "--step-delay-ms", "100")
+    gw = gateway({"served_models": [MODEL], "backends": {"static": [one.url]}, "scrape_interval_s": 0.2,
+                  "slo": {"ttft_ms": 1000}, "overflow": {"enabled": True, "base_url": external.url + "/v1",
+                                                          "model": "ext", "api_key_env": "OVERFLOW_KEY"}})
+    answer = {"model": MODEL, "prompt": "x", "max_tokens": 20, "ignore_eos": True}
+
+    def state() -> dict:
+        return httpx.get(gw.url + "/debug/state", timeout=10).json()["backends"][0]
+
+    for _ in range(2):
+        assert httpx.post(one.url + "/v1/completions", json=answer, timeout=120).status_code == 200
+    procs.wait_until(lambda: state()["running"] == 0 and (state()["mean_slot_hold_s"] or 0) >= 1.5, 30,
+                     "the gateway saw both finish and learned the hold time")
+    holder = threading.Thread(target=httpx.post, args=(one.url + "/v1/completions",),
+                              kwargs={"json": {**answer, "max_tokens": 60}, "timeout": 120}, daemon=True)
+    holder.start()
+    procs.wait_until(lambda: state()["slot_wait_s"] > 0.9, 30, "the gateway sees the slot taken")
+    short = httpx.post(gw.url + "/v1/completions", json={**PLAIN, "max_tokens": 2}, timeout=60)
+    assert short.status_code == 200 and short.headers["x-floodway-backend"] == "overflow", short.text
+    assert metric(gw.url, "floodway_gateway_overflow_total", reason="predicted_ttft") == 1
+    holder.join(120)
 
 
 def _engine_rate_scraped(gw_url: str, deadline_s: float = 30.0) -> float:

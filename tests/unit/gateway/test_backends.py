@@ -19,13 +19,16 @@ vllm:num_requests_running{model_name="a"} 8.0
 vllm:kv_cache_usage_perc{model_name="a"} 0.25
 # TYPE vllm:time_to_first_token_seconds histogram
 vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="a"} 2.0
+# TYPE vllm:request_success counter
+vllm:request_success_total{finished_reason="stop",model_name="a"} 5.0
+vllm:request_success_total{finished_reason="length",model_name="a"} 2.0
 """
 
 
 def test_parse_engine_load_sums_labels_and_defaults_to_zero():
     none = {"max_num_seqs": 0.0, "kv_tokens": 0.0, "prefill_waiting": 0.0, "prefill_rate": 0.0}
-    assert parse_engine_load(METRICS) == {"waiting": 4.0, "running": 8.0, "kv_usage": 0.25, **none}
-    assert parse_engine_load("") == {"waiting": 0.0, "running": 0.0, "kv_usage": 0.0, **none}
+    assert parse_engine_load(METRICS) == {"waiting": 4.0, "running": 8.0, "kv_usage": 0.25, "finished": 7.0, **none}
+    assert parse_engine_load("") == {"waiting": 0.0, "running": 0.0, "kv_usage": 0.0, "finished": 0.0, **none}
 
 
 def test_table_keeps_state_of_known_backends_and_totals_ready_ones():

@@ -9,6 +9,7 @@ from floodway.operator.gateway.overflow import (
     OverflowPolicy,
     PoolState,
     RequestInfo,
+    SlotHold,
     breaker_allows,
     breaker_on_result,
     breaker_on_send,
@@ -20,6 +21,8 @@ from floodway.operator.gateway.overflow import (
     predict_ttft_from_backlog,
     predict_ttft_s,
     prefill_rate_sample,
+    slot_hold_update,
+    slot_wait_s,
 )
 
 pytestmark = pytest.mark.unit
@@ -128,6 +131,38 @@ def test_predict_ttft():
     assert predict_ttft_s(4, 2, 1.0, 0.1) == pytest.approx(2.1)
     assert predict_ttft_s(4, 0, 1.0, 0.1) == pytest.approx(4.1)
     assert predict_ttft_s(4, 2, None, 0.1) is None
+
+
+def test_a_request_behind_a_full_batch_waits_for_a_slot():
+    # 8 slots: with 7 on the engine the 8th starts at once; each one more waits for one more of 8 slots to free,
+    # which a full batch of 4 s answers does every 0.5 s.
+    assert slot_wait_s(7, 8, 4.0) == 0.0
+    assert slot_wait_s(8, 8, 4.0) == pytest.approx(0.5) and slot_wait_s(11, 8, 4.0) == pytest.approx(2.0)
+    assert slot_wait_s(11, 0, 4.0) == 0.0 and slot_wait_s(11, 8, None) == 0.0  # no batch size, or no hold time yet
+    # It adds to the prefill prediction, and predicts alone where there is no rate.
+    assert predict_ttft_from_backlog(6000, 2000, 10_000.0, None, 0.5) == pytest.approx(1.3)
+    assert predict_ttft_from_backlog(0, 2000, None, None, 0.5) == pytest.approx(0.5)
+    # A burst of short prompts: no prefill backlog to speak of and one queued, under the queue-depth rule's 4,
+    # yet behind a full batch of 4 s answers: overflow on predicted TTFT.
+    pool = PoolState(ready=1, waiting=1, predicted_ttft_s=predict_ttft_from_backlog(50, 50, 10_000.0, None,
+                                                                                     slot_wait_s(9, 8, 4.0)))
+    d = overflow_decision(pool, OverflowPolicy(enabled=True, ttft_slo_s=0.5), RequestInfo(300, 0.0), 0.0)
+    assert (d.target, d.reason) == ("overflow", "predicted_ttft")
+
+
+def test_the_mean_slot_hold_is_littles_law_over_scrapes_and_ignores_idle_spans():
+    h = slot_hold_update(SlotHold(), running=4, finished_counter=100, dt_s=0.0)  # the first scrape: a baseline
+    assert h.mean_s is None and h.counter == 100
+    for _ in range(20):  # 4 running, one finishing each second: each holds its slot 4 s
+        h = slot_hold_update(h, running=4, finished_counter=h.counter + 1, dt_s=1.0)
+    assert h.mean_s == pytest.approx(4.0, rel=0.05)
+    idle = slot_hold_update(slot_hold_update(h, 0, h.counter, 1.0), 0, h.counter, 600.0)
+    assert idle.mean_s == pytest.approx(slot_hold_update(h, 0, h.counter, 1.0).mean_s)  # quiet minutes forget nothing
+    restarted = slot_hold_update(h, running=1, finished_counter=3, dt_s=1.0)  # the counter went back: a new engine
+    assert restarted.counter == 3 and restarted.mean_s == pytest.approx(h.mean_s)
+    for _ in range(600):  # ten minutes of 2 s answers outweigh the 4 s ones
+        h = slot_hold_update(h, running=4, finished_counter=h.counter + 2, dt_s=1.0)
+    assert h.mean_s == pytest.approx(2.0, rel=0.05)
 
 
 def test_predict_ttft_from_the_prefill_backlog_at_the_engines_rate_else_the_learned_one():
