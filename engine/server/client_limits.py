@@ -73,7 +73,7 @@ class ClientLimits(HttpToolsProtocol):
 
     def _expired(self) -> None:
         self._timer = None
-        if self._phase == "body" and not self.cycle.response_started:
+        if self._phase == "body" and self.cycle is not None and not self.cycle.response_started:
             self._refuse(error_response(408, "Request Timeout", f"The request body stalled: no bytes for "
                                         f"{self.body_idle_timeout_s:g} s.", "request_timeout"))
         else:  # no head yet: there is no request to answer
