@@ -112,6 +112,15 @@ class Cluster:
         """Polls check() until it returns something truthy (returned); fails with `what` at the deadline."""
         return wait_until(check, timeout_s, what, interval_s)
 
+    def wait_established(self, crd: str, timeout_s: float = 60.0) -> None:
+        """Polls until the CRD is Established. `kubectl wait --for=condition=Established` fails at once, instead of
+        waiting, when it reads the CRD before the API server wrote any condition (".status.conditions accessor
+        error: <nil>"), as it did on a cold control plane in CI."""
+        def established() -> bool:
+            conditions = self.get("crd", crd).get("status", {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        self.wait_until(f"CRD {crd} Established", established, timeout_s)
+
     def log_tail(self, name: str, chars: int = 3000) -> str:
         return self.procs[name].log_tail(chars)
 
@@ -242,8 +251,7 @@ def floodway_crd(cluster: Cluster) -> str:
     """The checked-in InferenceService CRD (crds/), applied and Established; returns its name."""
     crd = REPO / "crds" / "inferenceservices.serving.floodway.io.yaml"
     cluster.kubectl("apply", "--server-side", "-f", str(crd))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/inferenceservices.serving.floodway.io",
-                    "--timeout=60s")
+    cluster.wait_established("inferenceservices.serving.floodway.io")
     return "inferenceservices.serving.floodway.io"
 
 

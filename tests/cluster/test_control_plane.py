@@ -38,7 +38,7 @@ def condition(obj: dict, kind: str) -> str | None:
 
 def test_crd_schema_defaults_and_cel_are_enforced(cluster):
     cluster.kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/widgets.test.floodway.io", "--timeout=60s")
+    cluster.wait_established("widgets.test.floodway.io")
     cluster.kubectl("apply", "-f", "-", input=widget("ok", max=3))
     got = cluster.get("widget", "ok")
     assert got["spec"] == {"min": 1, "max": 3}  # the schema default was applied by the API server
