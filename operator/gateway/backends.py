@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 import aiohttp
-from floodway.operator.gateway.overflow import SlotHold, slot_hold_update, slot_wait_s
+from floodway.operator.gateway.overflow import SlotHold, admission_wait_s, slot_hold_update
 from floodway.operator.gateway.prefix_index import BLOCK_TOKENS, PrefixIndex
 from floodway.operator.gateway.routing import (
     BackendLoad,
@@ -81,6 +81,7 @@ class Backend:
     in_flight_at_scrape: int = 0
     seen_running: float = 0.0  # the most requests ever seen running there
     max_num_seqs: float = 0.0  # the engine's batch capacity (vllm:cache_config_info); 0: not exported
+    kv_tokens: float = 0.0  # its KV cache in tokens (the same metric's blocks x block size); 0: not exported
     prefill_waiting: float = 0.0  # scraped prompt tokens not yet prefilled (0 where the engine does not say)
     prefill_rate: float = 0.0  # scraped prompt tokens/s while decoding (0 where the engine does not say)
     pending_tokens: int = 0  # uncached prompt tokens of the gateway's requests there without a first byte yet
@@ -100,11 +101,11 @@ class Backend:
         gateway's own in flight if more."""
         return max(self.running + self.waiting + self.in_flight - self.in_flight_at_scrape, float(self.in_flight))
 
-    @property
-    def slot_wait_s(self) -> float:
-        """A request's wait for a batch slot there (overflow.slot_wait_s; 0 where the engine exports no batch size:
-        the most seen running is no bound to wait on)."""
-        return slot_wait_s(self.requests_ahead, self.max_num_seqs, self.hold.mean_s)
+    def admission_wait_s(self, prompt_tokens: int) -> float:
+        """A request's wait there for a batch slot or KV cache (overflow.admission_wait_s; none where the engine
+        exports no batch size or cache size: the most seen running is no bound to wait on)."""
+        return admission_wait_s(self.hold.mean_s, self.requests_ahead, self.max_num_seqs, self.backlog, prompt_tokens,
+                                self.kv_usage, self.kv_tokens)
 
     @property
     def capacity(self) -> float:
@@ -220,8 +221,8 @@ class BackendTable:
         if load is not None:
             b.waiting, b.running, b.kv_usage = load["waiting"], load["running"], load["kv_usage"]
             b.in_flight_at_scrape, b.seen_running = b.in_flight, max(b.seen_running, b.running)
-            b.max_num_seqs, b.prefill_waiting, b.prefill_rate = \
-                load["max_num_seqs"], load["prefill_waiting"], load["prefill_rate"]
+            b.max_num_seqs, b.kv_tokens, b.prefill_waiting, b.prefill_rate = \
+                load["max_num_seqs"], load["kv_tokens"], load["prefill_waiting"], load["prefill_rate"]
             if load["kv_tokens"]:
                 self.index.set_capacity(b.id, int(load["kv_tokens"]) // BLOCK_TOKENS)
             now = self.clock()
@@ -232,5 +233,5 @@ class BackendTable:
         return [{"id": b.id, "url": b.url, "ready": b.ready, "in_flight": b.in_flight, "waiting": b.waiting,
                  "estimated_waiting": b.load().waiting, "running": b.running, "kv_usage": b.kv_usage,
                  "prefill_tokens_per_s": b.prefill_rate, "prefix_blocks": self.index.size(b.id),
-                 "mean_slot_hold_s": b.hold.mean_s, "slot_wait_s": b.slot_wait_s}
+                 "mean_slot_hold_s": b.hold.mean_s, "admission_wait_s": b.admission_wait_s(0)}
                 for b in self.backends.values()]

@@ -229,19 +229,19 @@ def overflow_decision(pool: PoolState, policy: OverflowPolicy, request: RequestI
 
 
 def predict_ttft_from_backlog(backlog_tokens: float, prompt_tokens: int, engine_rate: float | None,
-                              learned_rate: float | None, slot_wait: float = 0.0) -> float | None:
+                              learned_rate: float | None, admission_wait: float = 0.0) -> float | None:
     """TTFT of a request sent now: the prompt tokens ahead of it on the engine (floodway_num_prefill_tokens_waiting,
     or the gateway's own requests without a first byte, whichever is more) and its own, at the prefill rate the
     engine exports (floodway_prefill_tokens_per_second: measured step times, while sequences decode), plus its wait
-    for a batch slot (`slot_wait_s`). A runtime that exports no rate (vLLM) is predicted at the rate earlier answers
-    showed (`learned_prefill_rate`), and then only with something ahead: a pool that a stale low rate had emptied
-    gets traffic again (the samples that correct a learned rate come only from answers it serves). None: no
-    prediction (no rate yet, no slot wait). The default prediction of the gateway."""
+    for a batch slot or KV cache (`admission_wait_s`). A runtime that exports no rate (vLLM) is predicted at the
+    rate earlier answers showed (`learned_prefill_rate`), and then only with something ahead: a pool that a stale
+    low rate had emptied gets traffic again (the samples that correct a learned rate come only from answers it
+    serves). None: no prediction (no rate yet, no admission wait). The default prediction of the gateway."""
     if engine_rate:
-        return (backlog_tokens + prompt_tokens) / engine_rate + slot_wait
+        return (backlog_tokens + prompt_tokens) / engine_rate + admission_wait
     if not learned_rate or backlog_tokens <= 0:
-        return slot_wait or None
-    return (backlog_tokens + prompt_tokens) / learned_rate + slot_wait
+        return admission_wait or None
+    return (backlog_tokens + prompt_tokens) / learned_rate + admission_wait
 
 
 @dataclass(frozen=True)
@@ -285,6 +285,27 @@ def slot_wait_s(requests_ahead: float, max_num_seqs: float, mean_hold_s: float |
     if max_num_seqs <= 0 or need <= 0 or not mean_hold_s:
         return 0.0
     return need * mean_hold_s / max_num_seqs
+
+
+def kv_wait_s(tokens_ahead: float, prompt_tokens: int, kv_usage: float, kv_tokens: float,
+              mean_hold_s: float | None) -> float:
+    """How long a request sent now waits for KV cache: the prompt tokens ahead of it and its own need more than the
+    free share of the cache's `kv_tokens` (0: unknown), and the running requests release what they hold as they
+    finish, kv_usage x kv_tokens per mean hold time. The slot wait's twin where the cache, not `max_num_seqs`, caps
+    the batch (long prompts: on Mooncake at 2x the engines queue with slots free), which the prefill rate does not
+    show: the queued prompts do not prefill until blocks free up."""
+    short = tokens_ahead + prompt_tokens - (1.0 - kv_usage) * kv_tokens
+    if kv_tokens <= 0 or kv_usage <= 0 or short <= 0 or not mean_hold_s:
+        return 0.0
+    return short * mean_hold_s / (kv_usage * kv_tokens)
+
+
+def admission_wait_s(mean_hold_s: float | None, requests_ahead: float, max_num_seqs: float, tokens_ahead: float,
+                     prompt_tokens: int, kv_usage: float, kv_tokens: float) -> float:
+    """A request's wait to be admitted into the engine's batch: for a slot or for KV cache, whichever is longer (a
+    finishing request frees both)."""
+    return max(slot_wait_s(requests_ahead, max_num_seqs, mean_hold_s),
+               kv_wait_s(tokens_ahead, prompt_tokens, kv_usage, kv_tokens, mean_hold_s))
 
 
 def prefill_rate_sample(backlog_tokens: float, prompt_tokens: int, ttft_s: float) -> float | None:

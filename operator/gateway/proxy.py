@@ -122,7 +122,7 @@ class Gateway:
         t = self.table.totals(exclude)
         predicted = None if choice is None or not t.ready else \
             predict_ttft_from_backlog(choice.backend.backlog, choice.uncached, choice.backend.prefill_rate,
-                                      self.prefill_rate, choice.backend.slot_wait_s)
+                                      self.prefill_rate, choice.backend.admission_wait_s(choice.uncached))
         return PoolState(t.ready, t.waiting, predicted, self.held - held_self, self.budget, self.breaker)
 
     def update_gauges(self) -> None:

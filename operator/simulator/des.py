@@ -236,7 +236,8 @@ class Simulation:
             rep = slot.replica
             slot.hold, slot.hold_at = ov.slot_hold_update(slot.hold, rep.running, slot.finished, t - slot.hold_at), t
             engine_rate = None if self.cfg.learned_prefill_rate else rep.prefill_rate
-            wait = ov.slot_wait_s(rep.running + rep.waiting, rep.p.max_num_seqs, slot.hold.mean_s)
+            wait = ov.admission_wait_s(slot.hold.mean_s, rep.running + rep.waiting, rep.p.max_num_seqs, rep.backlog,
+                                       r.prompt, rep.kv_usage, rep.p.kv_capacity_tokens)
             pred = ov.predict_ttft_from_backlog(rep.backlog, r.prompt, engine_rate, self.prefill_rate, wait)
         elif n:
             # The request's own prefill time stands in for the gateway's base TTFT estimate.

@@ -1,8 +1,9 @@
 import random
 
 import pytest
-from floodway.operator.gateway.backends import BackendTable, parse_engine_load
+from floodway.operator.gateway.backends import Backend, BackendTable, parse_engine_load
 from floodway.operator.gateway.k8s import endpoints_from_slices
+from floodway.operator.gateway.overflow import SlotHold
 from floodway.operator.gateway.routing import RoutingWeights
 
 pytestmark = pytest.mark.unit
@@ -78,3 +79,13 @@ def test_choose_records_nothing_until_take():
     table.take(choice)
     assert table.backends["b"].recent_work == choice.recent_work > 0 and table.backends["b"].recent_at == 10.0
     assert table.backends["a"].recent_work == 0.0
+
+
+def test_a_backends_admission_wait_reads_its_batch_and_kv_cache():
+    b = Backend("a", "http://a", ready=True, running=4, kv_usage=0.9, max_num_seqs=64, kv_tokens=100_000,
+                hold=SlotHold(slot_s=40.0, finished=10.0))  # 4 s a request
+    assert b.admission_wait_s(2000) == 0.0  # 10k free: room for its prompt
+    b.pending_tokens = 12_000  # prompts the gateway sent since without a first byte: they take the free blocks first
+    assert b.admission_wait_s(2000) == pytest.approx(4000 / 90_000 * 4.0)
+    b.kv_tokens = 0.0  # an engine that exports no cache size (vllm:cache_config_info): no KV wait predicted
+    assert b.admission_wait_s(2000) == 0.0

@@ -10,11 +10,13 @@ from floodway.operator.gateway.overflow import (
     PoolState,
     RequestInfo,
     SlotHold,
+    admission_wait_s,
     breaker_allows,
     breaker_on_result,
     breaker_on_send,
     budget_take,
     budget_wait_s,
+    kv_wait_s,
     learned_prefill_rate,
     overflow_deadline_s,
     overflow_decision,
@@ -148,6 +150,28 @@ def test_a_request_behind_a_full_batch_waits_for_a_slot():
                                                                                      slot_wait_s(9, 8, 4.0)))
     d = overflow_decision(pool, OverflowPolicy(enabled=True, ttft_slo_s=0.5), RequestInfo(300, 0.0), 0.0)
     assert (d.target, d.reason) == ("overflow", "predicted_ttft")
+
+
+def test_a_request_behind_a_full_kv_cache_waits_for_blocks_to_free():
+    # A 100k-token cache 90% used: 10k free. 6k prompt tokens queued ahead and a 2k prompt fit; 12k ahead leave this
+    # one 4k short, which finishing requests free at 90k per 4 s hold: 4000 / 90000 x 4 s.
+    assert kv_wait_s(6000, 2000, 0.9, 100_000, 4.0) == 0.0
+    assert kv_wait_s(12_000, 2000, 0.9, 100_000, 4.0) == pytest.approx(4000 / 90_000 * 4.0)
+    # Unknown cache size, an empty cache or no hold time yet: no wait predicted.
+    assert kv_wait_s(12_000, 2000, 0.9, 0, 4.0) == 0.0 and kv_wait_s(12_000, 2000, 0.9, 100_000, None) == 0.0
+    assert kv_wait_s(200_000, 2000, 0.0, 100_000, 4.0) == 0.0
+    # Admission waits for a slot and for blocks: the longer of the two (one finish frees both).
+    assert admission_wait_s(4.0, 3, 8, 12_000, 2000, 0.9, 100_000) == pytest.approx(kv_wait_s(12_000, 2000, 0.9,
+                                                                                               100_000, 4.0))
+    assert admission_wait_s(4.0, 11, 8, 0, 2000, 0.9, 100_000) == pytest.approx(slot_wait_s(11, 8, 4.0))
+    # Long prompts queued with slots free and little prefill rate spent on them: the queue-depth rule (4 per
+    # replica) lets the request through, the KV wait overflows it.
+    wait = admission_wait_s(4.0, 5, 64, 30_000, 8000, 0.95, 100_000)
+    pool = PoolState(ready=1, waiting=2, predicted_ttft_s=predict_ttft_from_backlog(30_000, 8000, 200_000.0, None,
+                                                                                     wait))
+    d = overflow_decision(pool, OverflowPolicy(enabled=True, ttft_slo_s=0.5), RequestInfo(8100, 0.0), 0.0)
+    assert (d.target, d.reason) == ("overflow", "predicted_ttft")
+    assert predict_ttft_from_backlog(30_000, 8000, 200_000.0, None) < 0.45  # without it: local
 
 
 def test_the_mean_slot_hold_is_littles_law_over_scrapes_and_ignores_idle_spans():
