@@ -122,25 +122,25 @@ def test_long_prompts_overflow_on_predicted_ttft(engines, gateway, overflow_conf
     assert metric(gw.url, "floodway_gateway_overflow_total", reason="predicted_ttft") == len(overflowed)
 
 
-def _one_engine_gateway(gateway, engine_url: str, external_url: str) -> procs.Proc:
-    """A gateway in front of one engine, scraping it every 200 ms, a 1 s TTFT SLO, overflow to `external_url`."""
+def _one_engine_gateway(gateway, engine_url: str, external_url: str, ttft_ms: float = 1000) -> procs.Proc:
+    """A gateway in front of one engine, scraping it every 200 ms, overflow to `external_url`."""
     return gateway({"served_models": [MODEL], "backends": {"static": [engine_url]}, "scrape_interval_s": 0.2,
-                    "slo": {"ttft_ms": 1000}, "overflow": {"enabled": True, "base_url": external_url + "/v1",
-                                                            "model": "ext", "api_key_env": "OVERFLOW_KEY"}})
+                    "slo": {"ttft_ms": ttft_ms}, "overflow": {"enabled": True, "base_url": external_url + "/v1",
+                                                               "model": "ext", "api_key_env": "OVERFLOW_KEY"}})
 
 
 def _backend_state(gw: procs.Proc) -> dict:
     return httpx.get(gw.url + "/debug/state", timeout=10).json()["backends"][0]
 
 
-def _teach_hold_time(gw: procs.Proc, engine_url: str, answer: dict) -> None:
-    """Two answers of >= 20 steps of >= 100 ms, straight to the engine: the gateway learns a slot hold >= 1.5 s from
-    its scrapes (the engine's finished counter and running gauge)."""
-    for _ in range(2):
-        assert httpx.post(engine_url + "/v1/completions", json={**answer, "max_tokens": 20, "ignore_eos": True},
+def _teach_hold_time(gw: procs.Proc, engine_url: str, answers: list[dict], tokens: int = 20) -> None:
+    """Answers of `tokens` steps of >= 100 ms each, straight to the engine: the gateway learns a slot hold of at least
+    3/4 of that from its scrapes (the engine's finished counter and running gauge)."""
+    for answer in answers:
+        assert httpx.post(engine_url + "/v1/completions", json={**answer, "max_tokens": tokens, "ignore_eos": True},
                           timeout=120).status_code == 200
     procs.wait_until(lambda: _backend_state(gw)["running"] == 0 and (_backend_state(gw)["mean_slot_hold_s"] or 0)
-                     >= 1.5, 30, "the gateway saw both finish and learned the hold time")
+                     >= 0.075 * tokens, 30, "the gateway saw them finish and learned the hold time")
 
 
 def _hold(engine_url: str, body: dict) -> threading.Thread:
@@ -160,7 +160,7 @@ def test_a_short_request_behind_a_full_batch_overflows_on_its_slot_wait(engine, 
     one = engine("one-slot", MODEL, "--max-num-seqs", "1", "--step-delay-ms", "100")
     gw = _one_engine_gateway(gateway, one.url, engines[2].url)
     answer = {"model": MODEL, "prompt": "x"}
-    _teach_hold_time(gw, one.url, answer)
+    _teach_hold_time(gw, one.url, [answer, answer])
     holder = _hold(one.url, {**answer, "max_tokens": 60})
     procs.wait_until(lambda: _backend_state(gw)["admission_wait_s"] > 0.9, 30, "the gateway sees the slot taken")
     short = httpx.post(gw.url + "/v1/completions", json={**PLAIN, "max_tokens": 2}, timeout=60)
@@ -171,18 +171,20 @@ def test_a_short_request_behind_a_full_batch_overflows_on_its_slot_wait(engine, 
 
 def test_a_long_prompt_behind_a_full_kv_cache_overflows_on_its_kv_wait(engine, engines, gateway, metric):
     """An engine with a KV cache of 512 tokens (--num-kv-blocks 32) and steps of at least 100 ms, slots to spare (64).
-    Two 20-token answers teach the gateway the hold time (>= 2 s); a 300-token prompt then decodes 60 tokens, holding
-    19-23 of the 32 blocks for >= 6 s. A 480-token prompt (token ids: the gateway counts them exactly) needs more
-    than the free blocks: no prefill backlog ahead, no queue, no slot wait, yet it waits for the holder's blocks, and
-    overflows on the predicted TTFT. Such a prompt to the idle engine stays local (so did this one before)."""
+    Two 400-token prompts answered in 40 tokens teach the gateway the hold time (>= 3 s) and give the engine's
+    exported prefill rate long prompts to time (short ones alone leave it to the noise of a loaded CPU); a 300-token
+    prompt then decodes 60 tokens, holding 19-23 of the 32 blocks for >= 6 s. Another 480-token prompt (token ids: the
+    gateway counts them exactly) needs more than the free blocks: no prefill backlog ahead, no queue, no slot wait,
+    yet it waits for the holder's blocks (predicted >= 2.7 s) against a 2 s TTFT SLO and overflows on the predicted
+    TTFT. Such a prompt to the idle engine stays local (so did this one before)."""
     tight = engine("kv-tight", MODEL, "--num-kv-blocks", "32", "--max-model-len", "512", "--step-delay-ms", "100")
-    gw = _one_engine_gateway(gateway, tight.url, engines[2].url)
+    gw = _one_engine_gateway(gateway, tight.url, engines[2].url, ttft_ms=2000)
     url = gw.url + "/v1/completions"
 
     def prompt(first: int, n: int) -> dict:  # distinct ids per prompt: no prefix-cache hits between them
         return {"model": MODEL, "prompt": [10 + (first + i) % 1000 for i in range(n)], "max_tokens": 2}
 
-    _teach_hold_time(gw, tight.url, prompt(100, 8))
+    _teach_hold_time(gw, tight.url, [prompt(700, 400), prompt(800, 400)], tokens=40)
     holder = _hold(tight.url, {**prompt(500, 300), "max_tokens": 60})
     procs.wait_until(lambda: _backend_state(gw)["running"] == 1 and _backend_state(gw)["kv_usage"] >= 0.55, 30,
                      "the gateway sees the holder's blocks")
