@@ -1,5 +1,6 @@
-"""The discrete-event simulation of one InferenceService: gateway (the real overflow rule), replicas with
-cold starts, and an autoscaler ticking on its interval. Deterministic: no randomness after the trace.
+"""The discrete-event simulation of one InferenceService: gateway (the real routing and overflow rule), replicas
+with cold starts, and an autoscaler ticking on its interval. Deterministic: the one draw after the trace, the
+routing's power-of-two choices, comes from a seeded generator.
 
 The autoscaler sees what it sees in production: each replica keeps the counters and histograms an engine
 exports (TTFT and per-request TPOT with the engine's buckets, finished requests, prompt tokens), the gateway
@@ -7,9 +8,11 @@ its request and overflow counters, and each tick builds the same Scrape objects 
 derives its Signals through the same `signals_between` (window: the time since the previous tick).
 
 Overflowed requests are served by the external API with a fixed TTFT and TPOT (SimConfig), and count
-toward SLO attainment with those latencies. With `SimConfig.prefix` set, replicas model their prefix cache
-(replica.py) on traces that carry block ids, and the gateway routes on load only ("load") or with the real
-prefix-aware pick ("prefix": routing.pick_prefix, each replica's cached share of the request's blocks).
+toward SLO attainment with those latencies. The gateway chooses a replica as the real one does (routing.pick on
+the load score), predicts the request's TTFT there and sends it there if it stays local. With `SimConfig.prefix`
+set, replicas model their prefix cache (replica.py) on traces that carry block ids, and the gateway routes on load
+only ("load") or with the real prefix-aware pick ("prefix": routing.pick_prefix, each replica's cached share of the
+request's blocks).
 Replica-hours count a replica from its start (cold start
 included) to the end of its drain, up to the last arrival of the trace.
 """
@@ -32,8 +35,8 @@ from floodway.operator.gateway.routing import (
     PrefixPolicy,
     RoutingWeights,
     decayed,
+    pick,
     pick_prefix,
-    prefix_gains,
     sent_work,
     uncached_tokens,
 )
@@ -110,6 +113,15 @@ class Slot:
                             self.finished, self.prompt_tokens)
 
 
+@dataclass(frozen=True)
+class Choice:
+    """Where the simulated gateway would send a request (routing.Choice's twin, on a replica slot)."""
+
+    slot: Slot
+    uncached: int  # prompt tokens it likely has to prefill there
+    recent_work: float  # the slot's recent work once it takes the request
+
+
 def _observe(hist: dict, value: float) -> None:
     for le in hist:
         if value <= le:
@@ -137,7 +149,7 @@ class Simulation:
         if config.prefix not in (None, "load", "prefix"):
             raise ValueError(f"prefix must be None, 'load' or 'prefix', got {config.prefix!r}")
         self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, r.blocks) for r in trace]
-        self.rng = random.Random(0)  # pick_prefix's ties (its load-only fallback never runs here: see _route)
+        self.rng = random.Random(0)  # the routing's power-of-two choices and ties
         self.end = self.reqs[-1].arrival_s
         self.slots: list[Slot] = []
         self.events: list = []
@@ -186,30 +198,23 @@ class Simulation:
                 s.ended_s = max(t, s.replica.now)
 
     # -- gateway -------------------------------------------------------------------------------------
-    @staticmethod
-    def _pick(ready: list[Slot]) -> Slot:
-        return min(ready, key=lambda s: s.replica.running + s.replica.waiting)
-
-    def _route(self, r: SimRequest, t: float) -> Slot:
-        """The gateway's pick: the prefix-aware one when configured and some replica holds more of the request's
-        prefix than another (routing.prefix_gains), else the least loaded; the chosen one's recent work grows as
-        the gateway's does."""
+    def _choose(self, r: SimRequest, t: float) -> Choice | None:
+        """The gateway's choice (BackendTable.choose): power-of-two choices on the load score, prefix-aware when
+        configured; nothing recorded until `_take`, as the overflow rule reads the choice first. None: no replica
+        ready."""
         ready, weights = self._routable(), RoutingWeights()
-        if self.cfg.prefix != "prefix":  # nothing reads recent work without the prefix cap
-            return self._pick(ready)
+        if not ready:
+            return None
         recent = [decayed(s.recent_work, t - s.recent_at, weights.recent_half_life_s) for s in ready]
-        hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)} \
-            if r.blocks else {}
         loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage,
-                             s.replica.backlog, recent[i])  # prefill work
-                 for i, s in enumerate(ready)] if hits else []
-        if any(prefix_gains(loads, hits, self.cfg.prefix_policy).values()):
-            i = int(pick_prefix(loads, hits, self.rng, weights, self.cfg.prefix_policy, prompt_tokens=r.prompt).id)
+                             s.replica.backlog, recent[i]) for i, s in enumerate(ready)]
+        if self.cfg.prefix == "prefix" and r.blocks:
+            hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)}
+            chosen = pick_prefix(loads, hits, self.rng, weights, self.cfg.prefix_policy, prompt_tokens=r.prompt)
+            uncached = uncached_tokens(r.prompt, hits[chosen.id])
         else:
-            i = ready.index(self._pick(ready))
-        ready[i].recent_work = recent[i] + sent_work(uncached_tokens(r.prompt, hits.get(str(i), 0.0)), weights)
-        ready[i].recent_at = t
-        return ready[i]
+            chosen, uncached = pick(loads, self.rng, weights), r.prompt
+        return Choice(ready[int(chosen.id)], uncached, chosen.recent_work + sent_work(uncached, weights))
 
     def _learn_prefill_rate(self, t: float) -> None:
         """The real gateway's rate samples (overflow.prefill_rate_sample) of the first tokens seen by `t`, in the
@@ -222,7 +227,7 @@ class Simulation:
             sample = ov.prefill_rate_sample(backlog, uncached, req.first_token_s - sent)
             self.prefill_rate = ov.learned_prefill_rate(self.prefill_rate, sample)
 
-    def _pool(self, r: SimRequest, t: float) -> ov.PoolState:
+    def _pool(self, choice: Choice | None, t: float) -> ov.PoolState:
         ready = self._routable()
         n = len(ready)
         waiting = sum(s.replica.waiting for s in ready)
@@ -230,18 +235,17 @@ class Simulation:
             waiting += sum(len(s.replica.prefilling) for s in ready)
         running = sum(s.replica.running for s in ready)
         pred = None
-        if n and self.cfg.ttft_from_prefill_backlog:
+        if choice and self.cfg.ttft_from_prefill_backlog:
             self._learn_prefill_rate(t)
-            slot = self._pick(ready)
-            rep = slot.replica
+            slot, rep = choice.slot, choice.slot.replica
             slot.hold, slot.hold_at = ov.slot_hold_update(slot.hold, rep.running, slot.finished, t - slot.hold_at), t
             engine_rate = None if self.cfg.learned_prefill_rate else rep.prefill_rate
             wait = ov.admission_wait_s(slot.hold.mean_s, rep.running + rep.waiting, rep.p.max_num_seqs, rep.backlog,
-                                       r.prompt, rep.kv_usage, rep.p.kv_capacity_tokens)
-            pred = ov.predict_ttft_from_backlog(rep.backlog, r.prompt, engine_rate, self.prefill_rate, wait)
-        elif n:
+                                       choice.uncached, rep.kv_usage, rep.p.kv_capacity_tokens)
+            pred = ov.predict_ttft_from_backlog(rep.backlog, choice.uncached, engine_rate, self.prefill_rate, wait)
+        elif choice:
             # The request's own prefill time stands in for the gateway's base TTFT estimate.
-            base = r.prompt / self.cfg.profile.prefill_tokens_per_s
+            base = choice.uncached / self.cfg.profile.prefill_tokens_per_s
             pred = ov.predict_ttft_s(waiting / n, running / n, self.e2e_ewma, base)
         return ov.PoolState(ready=n, waiting=waiting, predicted_ttft_s=pred, held=len(self.held), budget=self.budget)
 
@@ -249,9 +253,11 @@ class Simulation:
         """Route one request by the gateway's overflow rule; False when it stays held."""
         pol = self.cfg.overflow
         info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
-        d = ov.overflow_decision(self._pool(r, t), pol, info, t)
+        choice = self._choose(r, t)
+        d = ov.overflow_decision(self._pool(choice, t), pol, info, t)
         if d.target == "local":
-            best = self._route(r, t)
+            best = choice.slot
+            best.recent_work, best.recent_at = choice.recent_work, t
             r.where = "local"
             if not best.replica.fits(r):
                 r.where = "rejected"
