@@ -115,7 +115,7 @@ class Slot:
 
 @dataclass(frozen=True)
 class Choice:
-    """Where the simulated gateway would send a request (routing.Choice's twin, on a replica slot)."""
+    """Where the simulated gateway would send a request (the gateway's backends.Choice, on a replica slot)."""
 
     slot: Slot
     uncached: int  # prompt tokens it likely has to prefill there
@@ -200,8 +200,8 @@ class Simulation:
     # -- gateway -------------------------------------------------------------------------------------
     def _choose(self, r: SimRequest, t: float) -> Choice | None:
         """The gateway's choice (BackendTable.choose): power-of-two choices on the load score, prefix-aware when
-        configured; nothing recorded until `_take`, as the overflow rule reads the choice first. None: no replica
-        ready."""
+        configured; nothing recorded until `_dispatch` sends the request there, as the overflow rule reads the choice
+        first. None: no replica ready."""
         ready, weights = self._routable(), RoutingWeights()
         if not ready:
             return None
