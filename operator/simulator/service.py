@@ -12,7 +12,7 @@ from floodway.operator.render.gateway import gateway_config
 from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.spec import InferenceServiceSpec
 
-# The simulated external API (des.py answers for it); the gateway config needs an address and a key.
+# The simulated external API (gateway.py answers for it); the gateway config needs an address and a key.
 SIMULATED_API = {"enabled": True, "baseURL": "http://overflow.simulated/v1",
                  "apiKeySecretRef": {"name": "simulated", "key": "api-key"}}
 

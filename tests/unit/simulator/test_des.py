@@ -109,4 +109,5 @@ def test_predicting_ttft_from_the_prefill_backlog_overflows_what_would_miss_the_
     sim = Simulation(tr, static(1), replace(cfg, learned_prefill_rate=True))
     learned = summarize(sim.run())
     assert learned.attainment > average.attainment and 0 < learned.overflow_share < 1
-    assert 0.5 * SimConfig().profile.prefill_tokens_per_s < sim.prefill_rate <= SimConfig().profile.prefill_tokens_per_s
+    rate = SimConfig().profile.prefill_tokens_per_s
+    assert 0.5 * rate < sim.gateway.prefill_rate <= rate

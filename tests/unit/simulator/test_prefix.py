@@ -1,4 +1,4 @@
-"""The simulator's prefix caching (replica.py) and prefix-aware routing (des.py, the gateway's pick_prefix)."""
+"""The simulator's prefix caching (replica.py) and prefix-aware routing (gateway.py, the gateway's pick_prefix)."""
 
 import pytest
 from floodway.operator.autoscaler.baselines import StaticPolicy, decide_static

@@ -1,0 +1,151 @@
+"""The simulated gateway of des.py: it routes, predicts and overflows with the real gateway's functions.
+
+For each request it chooses a ready replica as BackendTable.choose does (routing.pick: power-of-two choices on the
+load score, from a seeded generator; routing.pick_prefix with `SimConfig.prefix` "prefix"), predicts the request's
+TTFT there (the prefill backlog over the rate the replica exports, or over the rate earlier answers showed, plus the
+wait for a batch slot or KV cache) and applies the real overflow rule: the request goes to that replica, to the
+external API (answered with SimConfig's fixed TTFT and TPOT), into the hold queue (retried each second) or is
+rejected. It keeps the counters the operator scrapes from a gateway.
+"""
+
+from collections import deque
+from dataclasses import dataclass
+from random import Random
+from typing import TYPE_CHECKING
+
+from floodway.operator.gateway import overflow as ov
+from floodway.operator.gateway.routing import (
+    BackendLoad,
+    RoutingWeights,
+    decayed,
+    pick,
+    pick_prefix,
+    sent_work,
+    uncached_tokens,
+)
+from floodway.operator.simulator.replica import SimRequest
+
+if TYPE_CHECKING:
+    from floodway.operator.simulator.des import SimConfig, Slot
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where the gateway would send a request (the gateway's backends.Choice, on a replica slot)."""
+
+    slot: "Slot"
+    uncached: int  # prompt tokens it likely has to prefill there
+    recent_work: float  # the slot's recent work once it takes the request
+
+
+class Gateway:
+    def __init__(self, cfg: "SimConfig"):
+        self.cfg = cfg
+        self.rng = Random(0)  # the routing's power-of-two choices and ties
+        self.held: deque[SimRequest] = deque()
+        self.budget = ov.BudgetState()
+        self.e2e_ewma: float | None = None
+        self.prefill_rate: float | None = None  # the learned rate, from its answers so far
+        self._unsampled: list[tuple[SimRequest, float, float, int]] = []  # (request, backlog, sent at, uncached)
+        self.requests = self.overflowed = 0  # its counters, as scraped
+
+    def on_finish(self, r: SimRequest) -> None:
+        a = 0.2  # the gateway's EWMA weight (proxy.py), for the former TTFT prediction
+        e2e = r.finish_s - r.arrival_s
+        self.e2e_ewma = e2e if self.e2e_ewma is None else (1 - a) * self.e2e_ewma + a * e2e
+
+    def arrive(self, ready: list["Slot"], r: SimRequest, t: float) -> bool:
+        """Route a new request; True when it is the first one held (the caller's cue to retry in a second)."""
+        self.requests += 1
+        if self._dispatch(ready, r, t, held=False):
+            return False
+        self.held.append(r)
+        return len(self.held) == 1
+
+    def drain(self, ready: list["Slot"], t: float) -> bool:
+        """Retry the held requests in order; True while some stay held."""
+        keep = deque()
+        while self.held:
+            r = self.held.popleft()
+            if not self._dispatch(ready, r, t, held=True):
+                keep.append(r)
+        self.held = keep
+        return bool(self.held)
+
+    def _choose(self, ready: list["Slot"], r: SimRequest, t: float) -> Choice | None:
+        """The gateway's choice (BackendTable.choose); nothing recorded until `_dispatch` sends the request there,
+        as the overflow rule reads the choice first. None: no replica ready."""
+        weights = RoutingWeights()
+        if not ready:
+            return None
+        recent = [decayed(s.recent_work, t - s.recent_at, weights.recent_half_life_s) for s in ready]
+        loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage,
+                             s.replica.backlog, recent[i]) for i, s in enumerate(ready)]
+        if self.cfg.prefix == "prefix" and r.blocks:
+            hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)}
+            chosen = pick_prefix(loads, hits, self.rng, weights, self.cfg.prefix_policy, prompt_tokens=r.prompt)
+            uncached = uncached_tokens(r.prompt, hits[chosen.id])
+        else:
+            chosen, uncached = pick(loads, self.rng, weights), r.prompt
+        return Choice(ready[int(chosen.id)], uncached, chosen.recent_work + sent_work(uncached, weights))
+
+    def _learn_prefill_rate(self, t: float) -> None:
+        """The real gateway's rate samples (overflow.prefill_rate_sample) of the first tokens seen by `t`, in the
+        order they came."""
+        seen = [x for x in self._unsampled if x[0].first_token_s is not None and x[0].first_token_s <= t]
+        if not seen:
+            return
+        self._unsampled = [x for x in self._unsampled if x[0].first_token_s is None or x[0].first_token_s > t]
+        for req, backlog, sent, uncached in sorted(seen, key=lambda x: x[0].first_token_s):
+            sample = ov.prefill_rate_sample(backlog, uncached, req.first_token_s - sent)
+            self.prefill_rate = ov.learned_prefill_rate(self.prefill_rate, sample)
+
+    def _pool(self, ready: list["Slot"], choice: Choice | None, t: float) -> ov.PoolState:
+        n = len(ready)
+        waiting = sum(s.replica.waiting for s in ready)
+        if self.cfg.waiting_includes_prefill:
+            waiting += sum(len(s.replica.prefilling) for s in ready)
+        running = sum(s.replica.running for s in ready)
+        pred = None
+        if choice and self.cfg.ttft_from_prefill_backlog:
+            self._learn_prefill_rate(t)
+            slot, rep = choice.slot, choice.slot.replica
+            slot.hold, slot.hold_at = ov.slot_hold_update(slot.hold, rep.running, slot.finished, t - slot.hold_at), t
+            engine_rate = None if self.cfg.learned_prefill_rate else rep.prefill_rate
+            wait = ov.admission_wait_s(slot.hold.mean_s, rep.running + rep.waiting, rep.p.max_num_seqs, rep.backlog,
+                                       choice.uncached, rep.kv_usage, rep.p.kv_capacity_tokens)
+            pred = ov.predict_ttft_from_backlog(rep.backlog, choice.uncached, engine_rate, self.prefill_rate, wait)
+        elif choice:
+            # The request's own prefill time stands in for the gateway's base TTFT estimate.
+            base = choice.uncached / self.cfg.profile.prefill_tokens_per_s
+            pred = ov.predict_ttft_s(waiting / n, running / n, self.e2e_ewma, base)
+        return ov.PoolState(ready=n, waiting=waiting, predicted_ttft_s=pred, held=len(self.held), budget=self.budget)
+
+    def _dispatch(self, ready: list["Slot"], r: SimRequest, t: float, held: bool) -> bool:
+        """Route one request by the gateway's overflow rule; False when it stays held."""
+        pol = self.cfg.overflow
+        info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
+        choice = self._choose(ready, r, t)
+        d = ov.overflow_decision(self._pool(ready, choice, t), pol, info, t)
+        if d.target == "local":
+            best = choice.slot
+            best.recent_work, best.recent_at = choice.recent_work, t
+            r.where = "local"
+            if not best.replica.fits(r):
+                r.where = "rejected"
+                return True
+            backlog = best.replica.backlog
+            best.replica.submit(r, t)
+            if self.cfg.ttft_from_prefill_backlog:  # r.left: what its prefix cache leaves, as the gateway expects
+                self._unsampled.append((r, backlog, t, r.left))
+            best.prompt_tokens += r.prompt
+        elif d.target == "overflow":
+            self.budget = ov.budget_take(self.budget, pol.budget, info.tokens, t)
+            r.where, r.first_token_s = "overflow", t + self.cfg.external_ttft_s
+            r.finish_s = r.first_token_s + max(r.output - 1, 0) * self.cfg.external_tpot_s
+            self.overflowed += 1
+        elif d.target == "reject":
+            r.where = "rejected"
+        else:
+            return False
+        return True
