@@ -13,7 +13,7 @@ recent span's tokens within the span plus that slack, so a 5 s SLO sizes a burst
 holds at most `per_replica` requests in flight: `target_concurrency`, or `decode_sequences` (the sequences
 the profile's decode steps fit within the TPOT SLO) where that is fewer; and KV usage at most `kv_target`:
 - scale up on the demand averaged over `scale_up_window_s`, once requests in flight exceed the pool's target by
-  more than `scale_up_tolerance` (prompt tokens: at once, on their peak over that window,
+  more than `scale_up_tolerance` (prompt tokens, without an overflow budget: at once, on their peak over that window,
   since prefill must keep up with bursts, not with their average, for TTFT; KV usage: on its average too, as
   long prompts fill the cache for the seconds they prefill and decode, far less than a cold start: on Mooncake
   seed 2 single ticks over `kv_target` added a fourth replica four times, 1.157x the bound, averaged 1.08x),
@@ -33,29 +33,24 @@ the profile's decode steps fit within the TPOT SLO) where that is fewer; and KV 
 - scale down only when no panic, attainment is at target, and the peak demand of the last
   `scale_down_stabilization_s` (prompt tokens: of the last `token_stabilization_s`, as bursts of long
   prompts come and go faster than a cold start) fits the smaller pool at `scale_down_utilization` of its
-  capacity, at most `max_step_down` replicas per decision and `scale_down_interval_s` after the last change (in-flight
-  counts grow as a pool shrinks, since each replica's batch and latency grow: look before the next step);
+  capacity, and so does the KV usage averaged as for a scale-up (on Mooncake seed 2 a tick's dip dropped a replica
+  that the average added back within a minute, three times in an hour), at most `max_step_down` replicas per
+  decision and `scale_down_interval_s` after the last change (in-flight counts grow as a pool shrinks, since each
+  replica's batch and latency grow: look before the next step), never to a pool the scale-up rule would grow
+  right back (the sizing it averages must fit within its tolerance);
 - bounds; with min_replicas 0, scale to zero after `scale_to_zero_after_s` without any demand (None: never).
 
-Overflow budget (`overflow_share` > 0, only where the gateway overflows): the policy spends up to that share
-of requests on the overflow API instead of paying every peak back with replicas. It tracks the share spent
-(decayed over `overflow_budget_window_s`) and allows up to twice the target share now while underspent,
-less once overspent. While some share is allowed, sizing counts the local pool's in-flight requests only up
-to its ready capacity (the gateway overflows the rest, so a saturated pool is not a shortage) plus the
-overflowed concurrency beyond the allowed share, and scale-down takes the smallest pool whose predicted
-overflow over the stabilization window stays within the allowed share. Once the budget is spent (none
-allowed) the policy decides exactly as without one, so bursts that spent it make it hold capacity. Prompt
-token demand is discounted by the allowed share for scale-up only: a burst of a tick or two is over before a
-replica could start, which is the budget's job (on azure-2x one tick just over two replicas' worth added a third
-for the remaining 13 minutes, 1.27x the bound; discounted, 1.04x). The hold before a scale-down counts it
-whole: discounting that let spiky seed 3 shrink to one replica before its first burst (4.5% -> 8.7% overflow).
+Overflow budget (`overflow_share` > 0, only where the gateway overflows): the share of requests the policy may
+leave to the overflow API, and how it changes sizing, scale-down and the hold of prompt tokens, is in budget.py.
 Defaults come from the simulator runs in the README (`floodway simulate`); how each was chosen, and what was
 tried instead, is in docs/autoscaling-measurements.md.
 """
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from floodway.operator.autoscaler.budget import allowed_share, overflow_if, service_attainment, spend
 from floodway.operator.autoscaler.signals import Signals
 
 # A spec without autoscaling.targetConcurrency sizes a replica for this share of its batch (engine.maxNumSeqs): the
@@ -145,7 +140,8 @@ class ScalerState:
     sizing: tuple[tuple[float, float], ...] = ()  # (time, demand the pool must hold) for scale-up
     tokens: tuple[tuple[float, float], ...] = ()  # (time, token demand) for scale-up
     prompts: tuple[tuple[float, tuple[float, float]], ...] = ()  # (time, (window s, prompt tokens arrived in it))
-    kv: tuple[tuple[float, float], ...] = ()  # (time, KV usage summed over the ready replicas) for scale-up
+    kv: tuple[tuple[float, float], ...] = ()  # (time, KV usage summed over the ready replicas)
+    needed: tuple[tuple[float, Mapping[float, float]], ...] = ()  # (time, Signals.replicas_needed) for scale-down
     arrived: float = 0.0  # decayed request counts for the overflow share spent
     overflowed: float = 0.0
     last_tick: float | None = None
@@ -214,20 +210,6 @@ def demand_of(signals: Signals, p: "AutoscalerPolicy", tokens: float) -> float:
     return max(held, tokens)
 
 
-def spend(state: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float) -> ScalerState:
-    """Decayed counts of requests arrived and overflowed since the last tick (rates x elapsed time)."""
-    dt = 0.0 if state.last_tick is None else max(0.0, now - state.last_tick)
-    k = math.exp(-dt / p.overflow_budget_window_s)
-    return replace(state, arrived=state.arrived * k + signals.arrival_rate * dt,
-                   overflowed=state.overflowed * k + signals.overflow_rate * dt, last_tick=now)
-
-
-def allowed_share(state: ScalerState, p: AutoscalerPolicy) -> float:
-    """Overflow share the policy tolerates now: up to 2x the target while underspent, less once overspent."""
-    spent = state.overflowed / state.arrived if state.arrived > 0 else 0.0
-    return min(2 * p.overflow_share, max(0.0, 2 * p.overflow_share - spent))
-
-
 def sizing_of(signals: Signals, p: AutoscalerPolicy, allow: float, tokens: float) -> float:
     """Concurrency the local pool must hold: all demand, or with an overflow budget the engines' load up to
     their ready capacity plus the overflowed concurrency beyond the allowed share."""
@@ -237,15 +219,6 @@ def sizing_of(signals: Signals, p: AutoscalerPolicy, allow: float, tokens: float
     local = min(signals.total_running + signals.total_waiting, signals.ready * p.per_replica)
     excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate) * service_s
     return max(local + signals.held + excess, tokens)
-
-
-def service_attainment(signals: Signals, allow: float) -> float | None:
-    """SLO attainment the users see: with an overflow budget, overflowed requests (answered by the API within
-    the SLO) count with the local ones; without, the engines' attainment as measured."""
-    a = signals.attainment
-    if allow == 0 or a is None or signals.overflow_rate <= 0:
-        return a
-    return (a * signals.finished_rate + signals.overflow_rate) / (signals.finished_rate + signals.overflow_rate)
 
 
 def short_of_slo(signals: Signals, p: AutoscalerPolicy) -> bool:
@@ -268,17 +241,19 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         prompts = remember(prompts, now, (signals.window_s, signals.prompt_token_rate * signals.window_s),
                            p.scale_up_window_s)
     tokens = token_demand([v for _, v in prompts], p)
-    demand = demand_of(signals, p, tokens)
+    held = demand_of(signals, p, 0.0)  # in requests: prompt tokens have holds of their own (_scale_down)
+    demand = max(held, tokens)
     busy = demand > 0 or signals.arrival_rate > 0
     last_busy = now if busy else state.last_busy
     keep = max(p.scale_down_stabilization_s, p.scale_up_window_s)
     since = now if state.observed_since is None else state.observed_since
     must_hold = sizing_of(signals, p, allow, tokens)  # what the pool must hold now
-    st = replace(st, history=remember(state.history, now, demand, keep), last_busy=last_busy, observed_since=since,
+    st = replace(st, history=remember(state.history, now, held, keep), last_busy=last_busy, observed_since=since,
                  prompts=prompts, sizing=remember(state.sizing, now, must_hold, p.scale_up_window_s),
                  tokens=remember(state.tokens, now, tokens,
                                  max(p.scale_up_window_s, p.token_stabilization_s)),
-                 kv=remember(state.kv, now, sum(signals.kv_usage), p.scale_up_window_s))
+                 kv=remember(state.kv, now, sum(signals.kv_usage), p.scale_up_window_s),
+                 needed=remember(state.needed, now, signals.replicas_needed, p.token_stabilization_s))
     idle_s = math.inf if last_busy is None else now - last_busy
     floor = max(p.min_replicas, 1)
     if p.min_replicas == 0 and p.scale_to_zero_after_s is not None and idle_s >= p.scale_to_zero_after_s:
@@ -286,9 +261,10 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
 
     recent = window(st.sizing, now, p.scale_up_window_s)
     held_avg = sum(recent) / len(recent)
-    # The allowed overflow carries its share of a prompt burst until replicas could start; the hold before a
-    # scale-down counts the burst whole (_scale_down).
-    token_peak = max(window(st.tokens, now, p.scale_up_window_s)) * (1 - allow)
+    # With an overflow budget prompt tokens add no replica on their own: the gateway overflows what a burst's
+    # prefill cannot meet, which the sizing counts beyond the allowed share, and the replicas-needed hold keeps what
+    # the bursts needed (_scale_down). They still count in the sizing and for panic.
+    token_peak = 0.0 if p.overflow_share > 0 else max(window(st.tokens, now, p.scale_up_window_s))
     avg = max(held_avg, token_peak)
     kv_recent = window(st.kv, now, p.scale_up_window_s)
     kv_level = sum(kv_recent) / len(kv_recent)
@@ -332,25 +308,24 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         return scaled(st, now, p.max_replicas, "lower to maximum")
     if cur == floor:
         return scaled(st, now, cur, "at minimum")
-    return _scale_down(st, signals, p, now, floor, allow)
+    return _scale_down(st, signals, p, now, floor, allow, held_avg)
 
 
 def _fitting(history: list[float], p: AutoscalerPolicy, allow: float) -> tuple[int, str]:
     """Smallest pool for the recent demand: its peak at scale_down_utilization of capacity, or with an
-    overflow budget the pool whose predicted overflow (demand above that share of its capacity, the same margin)
-    stays within the allowed share."""
+    overflow budget the pool whose predicted overflow (demand above its target) stays within the allowed share."""
     peak = max(history)
     if allow == 0:
         return math.ceil(peak / (p.per_replica * p.scale_down_utilization)), f"peak demand {peak:.1f}"
     total = sum(history)
     n = 0
-    while sum(max(0.0, d - n * p.per_replica * p.scale_down_utilization) for d in history) > allow * total:
+    while sum(max(0.0, d - n * p.per_replica) for d in history) > allow * total:
         n += 1
     return n, f"demand up to {peak:.1f} with {allow:.1%} overflow"
 
 
 def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float, floor: int,
-                allow: float) -> Decision:
+                allow: float, sizing_avg: float) -> Decision:
     cur = st.replicas
     if now < st.panic_until:
         return scaled(st, now, cur, "panic mode blocks scale-down")
@@ -364,12 +339,25 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
         return scaled(st, now, cur, "waiting to observe the last change")
     fits, what = _fitting(window(st.history, now, p.scale_down_stabilization_s), p, allow)
     what += f" over {p.scale_down_stabilization_s:g} s"
-    # Prompt tokens come in bursts shorter than a cold start: keep what the last bursts needed for longer.
-    token_peak = max(window(st.tokens, now, p.token_stabilization_s))
-    token_fits = math.ceil(token_peak / (p.per_replica * p.scale_down_utilization))
-    if token_fits > fits:
-        fits, what = token_fits, f"prompt tokens up to {token_peak:.1f} over {p.token_stabilization_s:g} s"
-    fits = max(fits, math.ceil(sum(signals.kv_usage) / (p.kv_target * p.scale_down_utilization)))
+    # Prompt tokens come in bursts shorter than a cold start: keep what the last bursts needed for longer. With an
+    # overflow budget, as long as one replica fewer would have overflowed more than the allowed share then; without
+    # (or with no prediction from the gateway), as long as the peak token demand does not fit the smaller pool.
+    smaller = overflow_if(window(st.needed, now, p.token_stabilization_s), cur - 1) if allow > 0 else None
+    if smaller is not None:
+        if smaller > allow and fits < cur:
+            fits, what = cur, f"{cur - 1} replicas would have overflowed {smaller:.1%} of requests over " \
+                              f"{p.token_stabilization_s:g} s"
+    else:
+        token_peak = max(window(st.tokens, now, p.token_stabilization_s))
+        token_fits = math.ceil(token_peak / (p.per_replica * p.scale_down_utilization))
+        if token_fits > fits:
+            fits, what = token_fits, f"prompt tokens up to {token_peak:.1f} over {p.token_stabilization_s:g} s"
+    kv = window(st.kv, now, p.scale_up_window_s)  # averaged as for a scale-up, or one tick's dip flaps
+    fits = max(fits, math.ceil(sum(kv) / len(kv) / (p.kv_target * p.scale_down_utilization)))
+    # Never to a pool the scale-up rule would grow right back: the sizing it averages must fit within its tolerance.
+    back = math.ceil(sizing_avg / (p.per_replica * (1 + p.scale_up_tolerance)))
+    if back > fits:
+        fits, what = back, f"sizing {sizing_avg:.1f} over {p.scale_up_window_s:g} s"
     new = max(fits, cur - p.max_step_down, floor)
     if new >= cur:
         return scaled(st, now, cur, f"{what} needs {fits} replicas")

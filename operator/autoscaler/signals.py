@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 GW_REQUESTS = "floodway_gateway_requests_total"  # attempts by backend and outcome; "retried" ones are re-sent
 GW_OVERFLOW = "floodway_gateway_overflow_total"  # requests sent to the overflow API, by trigger
 GW_HELD = "floodway_gateway_hold_queue_depth"  # requests held in the gateway's queue now
+GW_NEEDED = "floodway_gateway_replicas_needed"  # requests by the pool that would have kept them local
 PROMPT_TOKENS = "vllm:prompt_tokens_total"  # prompt tokens the engine received (vLLM and ours)
 
 
@@ -38,6 +39,9 @@ class Signals:
     # Prompt tokens/s reaching the service: the engines' received, scaled up by the share that overflowed
     # (taken to have the local requests' mean prompt). Demand in tokens, which request counts miss.
     prompt_token_rate: float = 0.0
+    # The requests that reached the gateway in the window by the smallest pool that would have kept them local
+    # (overflow.replicas_needed), as cumulative bucket counts {pool size: requests}: what a smaller pool overflows.
+    replicas_needed: Mapping[float, float] = field(default_factory=dict)
 
     @property
     def total_running(self) -> float:
@@ -67,6 +71,7 @@ class GatewaySample:
     requests_total: float = 0.0
     overflow_total: float = 0.0
     held: float = 0.0
+    replicas_needed: Mapping[float, float] = field(default_factory=dict)  # cumulative histogram {bound: count}
 
 
 @dataclass(frozen=True)
@@ -124,8 +129,9 @@ def parse_engine(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> E
 
 def parse_gateway(text: str) -> GatewaySample:
     # A retried attempt is counted again under the backend that finally served it.
-    values, _ = _samples(text, skip=lambda labels: labels.get("outcome") == "retried")
-    return GatewaySample(values.get(GW_REQUESTS, 0.0), values.get(GW_OVERFLOW, 0.0), values.get(GW_HELD, 0.0))
+    values, buckets = _samples(text, skip=lambda labels: labels.get("outcome") == "retried")
+    return GatewaySample(values.get(GW_REQUESTS, 0.0), values.get(GW_OVERFLOW, 0.0), values.get(GW_HELD, 0.0),
+                         buckets.get(GW_NEEDED, {}))
 
 
 def _delta(new: float, old: float) -> float:
@@ -138,6 +144,13 @@ def _hist_delta(new: Mapping[float, float], old: Mapping[float, float] | None) -
     if any(new.get(le, 0.0) < v for le, v in old.items()):
         old = {}
     return {le: new[le] - old.get(le, 0.0) for le in new}
+
+
+def observe(hist: dict[float, float], value: float) -> None:
+    """Count `value` in a cumulative histogram {upper bound: count}, as Prometheus does."""
+    for le in hist:
+        if value <= le:
+            hist[le] += 1
 
 
 def share_within(delta: Mapping[float, float], limit: float) -> tuple[float, float]:
@@ -173,9 +186,11 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         attainment = max(0.0, a_ttft + a_tpot - 1.0)
     gw_new, gw_old = new.gateway, old.gateway
     arrivals = overflow = 0.0
+    needed = {}
     if gw_new is not None:
         arrivals = _delta(gw_new.requests_total, gw_old.requests_total if gw_old else 0.0)
         overflow = _delta(gw_new.overflow_total, gw_old.overflow_total if gw_old else 0.0)
+        needed = _hist_delta(gw_new.replicas_needed, gw_old.replicas_needed if gw_old else None)
     engines = list(new.engines.values())
     return Signals(
         ready=len(engines), starting=new.starting,
@@ -184,4 +199,5 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         arrival_rate=arrivals / dt, finished_rate=finished / dt, attainment=attainment,
         goodput=(attainment or 0.0) * finished / dt, overflow_rate=overflow / dt, window_s=dt,
         prompt_token_rate=prompt / dt * (arrivals / (arrivals - overflow) if arrivals > overflow else 1.0),
+        replicas_needed=needed,
     )

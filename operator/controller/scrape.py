@@ -48,5 +48,9 @@ def _summed(samples: list[GatewaySample | None]) -> GatewaySample | None:
     replica answered: a missing one would look like a counter reset next tick."""
     if not samples or any(s is None for s in samples):
         return None
+    needed: dict[float, float] = {}
+    for s in samples:
+        for le, count in s.replicas_needed.items():
+            needed[le] = needed.get(le, 0.0) + count
     return GatewaySample(sum(s.requests_total for s in samples), sum(s.overflow_total for s in samples),
-                         sum(s.held for s in samples))
+                         sum(s.held for s in samples), needed)

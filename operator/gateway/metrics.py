@@ -5,7 +5,7 @@ Labels never carry request content or secrets: backend ids (engine URL or pod), 
 
 from __future__ import annotations
 
-from floodway.operator.gateway.overflow import OverflowPolicy
+from floodway.operator.gateway.overflow import REPLICAS_NEEDED_BUCKETS, OverflowPolicy
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # Sub-millisecond resolution: the gateway's own overhead is what this histogram is for.
@@ -43,6 +43,11 @@ class GatewayMetrics:
             "predicted at least half the overflow threshold, predicted_ttft_factor x the SLO): time to first "
             "byte over the TTFT the gateway predicted when it sent them. Above 1 / predicted_ttft_factor, a request "
             "kept local within the overflow margin can miss the SLO", buckets=_RATIO_BUCKETS, registry=r)
+        self.replicas_needed = Histogram(
+            "floodway_gateway_replicas_needed", "Requests by the smallest pool of ready backends that would have "
+            "kept their predicted TTFT within the overflow threshold (predicted TTFT x ready backends / "
+            "(predicted_ttft_factor x the TTFT SLO)): the share above n is what n backends would have overflowed, "
+            "which the autoscaler reads before a scale-down", buckets=REPLICAS_NEEDED_BUCKETS, registry=r)
         self.budget_requests = Gauge("floodway_gateway_overflow_budget_requests_left",
                                      "Overflow requests left in the per-minute budget (-1: unlimited)", registry=r)
         self.budget_tokens = Gauge("floodway_gateway_overflow_budget_tokens_left",

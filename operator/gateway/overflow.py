@@ -185,6 +185,20 @@ def overflow_trigger(pool: PoolState, policy: OverflowPolicy, request: RequestIn
     return None
 
 
+# Bounds of the gateway's floodway_gateway_replicas_needed histogram: the pool sizes a scale-down asks about.
+REPLICAS_NEEDED_BUCKETS = (*range(1, 17), 20, 24, 32, 48, 64, 96, 128)
+
+
+def replicas_needed(pool: PoolState, policy: OverflowPolicy) -> float | None:
+    """The smallest pool that would have kept this request within the overflow threshold: its predicted TTFT x the
+    ready replicas / (predicted_ttft_factor x the TTFT SLO), taking the work ahead of it to spread over the pool.
+    Its own prefill does not spread, so the overflow a smaller pool would have had, read from these, is overstated,
+    never understated. None: no prediction, no ready replica or no TTFT SLO."""
+    if pool.predicted_ttft_s is None or pool.ready <= 0 or not policy.ttft_slo_s:
+        return None
+    return pool.predicted_ttft_s * pool.ready / (policy.ttft_slo_s * policy.predicted_ttft_factor)
+
+
 def _blocked_reason(pool: PoolState, policy: OverflowPolicy, request: RequestInfo, now: float) -> str | None:
     """Why this request may not overflow now, or None when it may."""
     if request.opt_out:

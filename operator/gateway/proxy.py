@@ -38,6 +38,7 @@ from floodway.operator.gateway.overflow import (
     overflow_decision,
     predict_ttft_from_backlog,
     prefill_rate_sample,
+    replicas_needed,
 )
 from floodway.operator.gateway.payload import (
     completion_limit,
@@ -168,6 +169,10 @@ class Gateway:
                 now = self.clock()
                 choice = self.table.choose(tried, keys, prompt)
                 pool = self.pool_state(tried, info.held, choice)
+                if not tried and not info.held:  # once per request, as it arrives
+                    need = replicas_needed(pool, self.policy)
+                    if need is not None:
+                        self.metrics.replicas_needed.observe(need)
                 decision = overflow_decision(pool, self.policy, info, now)
                 if decision.target in ("local", "overflow") and held_since is not None:  # leaves the queue
                     self.metrics.hold_seconds.observe(now - held_since)

@@ -23,7 +23,7 @@ from typing import Any
 
 from floodway.engine.server.metrics import ITL_BUCKETS, TTFT_BUCKETS
 from floodway.operator.autoscaler.policy import ScalerState
-from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals, signals_between
+from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals, observe, signals_between
 from floodway.operator.controller.scaling import instant_signals
 from floodway.operator.gateway import overflow as ov
 from floodway.operator.gateway.routing import PrefixPolicy
@@ -91,21 +91,15 @@ class Slot:
     hold_at: float = 0.0
 
     def observe(self, r: SimRequest) -> None:
-        _observe(self.ttft, r.first_token_s - r.arrival_s)
+        observe(self.ttft, r.first_token_s - r.arrival_s)
         if r.output > 1:
-            _observe(self.tpot, (r.finish_s - r.first_token_s) / (r.output - 1))
+            observe(self.tpot, (r.finish_s - r.first_token_s) / (r.output - 1))
         self.finished += 1
 
     def sample(self) -> EngineSample:
         rep = self.replica
         return EngineSample(rep.running, rep.waiting, rep.kv_usage, dict(self.ttft), dict(self.tpot), True,
                             self.finished, self.prompt_tokens)
-
-
-def _observe(hist: dict, value: float) -> None:
-    for le in hist:
-        if value <= le:
-            hist[le] += 1
 
 
 @dataclass
@@ -207,7 +201,8 @@ class Simulation:
         busy share of each replica stands for the GPU utilisation HPA reads from its own exporter."""
         ready = self._routable()
         scrape = Scrape(t, {str(id(s)): s.sample() for s in ready},
-                        GatewaySample(self.gateway.requests, self.gateway.overflowed, len(self.gateway.held)),
+                        GatewaySample(self.gateway.requests, self.gateway.overflowed, len(self.gateway.held),
+                                      dict(self.gateway.needed)),
                         sum(1 for s in self.slots if s.replica is None and s.ended_s is None))
         last, self.last_scrape = self.last_scrape, scrape
         sig = signals_between(last, scrape, self.cfg.ttft_slo_s, self.cfg.tpot_slo_s) \

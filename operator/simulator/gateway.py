@@ -8,11 +8,13 @@ external API (answered with SimConfig's fixed TTFT and TPOT), into the hold queu
 rejected. It keeps the counters the operator scrapes from a gateway.
 """
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from random import Random
 from typing import TYPE_CHECKING
 
+from floodway.operator.autoscaler.signals import observe
 from floodway.operator.gateway import overflow as ov
 from floodway.operator.gateway.routing import (
     BackendLoad,
@@ -48,6 +50,7 @@ class Gateway:
         self.prefill_rate: float | None = None  # the learned rate, from its answers so far
         self._unsampled: list[tuple[SimRequest, float, float, int]] = []  # (request, backlog, sent at, uncached)
         self.requests = self.overflowed = 0  # its counters, as scraped
+        self.needed = dict.fromkeys((*ov.REPLICAS_NEEDED_BUCKETS, math.inf), 0)  # floodway_gateway_replicas_needed
 
     def on_finish(self, r: SimRequest) -> None:
         a = 0.2  # the gateway's EWMA weight (proxy.py), for the former TTFT prediction
@@ -126,7 +129,11 @@ class Gateway:
         pol = self.cfg.overflow
         info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
         choice = self._choose(ready, r, t)
-        d = ov.overflow_decision(self._pool(ready, choice, t), pol, info, t)
+        pool = self._pool(ready, choice, t)
+        need = None if held else ov.replicas_needed(pool, pol)
+        if need is not None:
+            observe(self.needed, need)
+        d = ov.overflow_decision(pool, pol, info, t)
         if d.target == "local":
             best = choice.slot
             best.recent_work, best.recent_at = choice.recent_work, t

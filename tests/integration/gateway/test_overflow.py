@@ -223,14 +223,20 @@ def test_ttft_over_predicted_observes_every_streamed_answer_once_the_engine_expo
     assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(4, 1), 1000)))
     assert metric(gw.url, "floodway_gateway_ttft_over_predicted_count") - before == 4
     assert metric(gw.url, "floodway_gateway_ttft_over_predicted_sum") > 0
+    assert metric(gw.url, "floodway_gateway_replicas_needed_count") == 0  # no SLO, no overflow threshold
     # With a TTFT SLO only answers predicted at least half the overflow threshold count: none of these, at 60 s.
     far = gateway({"served_models": [MODEL], "scrape_interval_s": 0.2, "backends": {"static": [engines[0].url]},
                    "slo": {"ttft_ms": 60_000}})
     url = far.url + "/v1/completions"
+    assert _engine_rate_scraped(far.url) > 0  # the engine timed prefills for the first gateway
     assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(1, 10), 1)))
     assert not failures(asyncio.run(send_each_at_rate(url, long_prompts(4, 11), 1000)))
     assert metric(far.url, "floodway_gateway_ttft_over_predicted_count") == 0
     assert metric(far.url, "floodway_gateway_requests_total", outcome="ok") == 5
+    # Each request, as it arrived, by the pool that would have kept it within the threshold (54 s): a fraction
+    # of the one engine, which the autoscaler reads as "one fewer would have overflowed none".
+    assert metric(far.url, "floodway_gateway_replicas_needed_count") == 5
+    assert metric(far.url, "floodway_gateway_replicas_needed_bucket", le="1.0") == 5
 
 
 def test_bench_prediction_runs_end_to_end():

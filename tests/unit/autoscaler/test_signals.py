@@ -3,9 +3,11 @@
 import pytest
 from floodway.operator.autoscaler.signals import (
     GW_HELD,
+    GW_NEEDED,
     GW_OVERFLOW,
     GW_REQUESTS,
     Scrape,
+    observe,
     parse_engine,
     parse_gateway,
     share_within,
@@ -145,3 +147,31 @@ def test_prompt_token_rate_counts_the_overflowed_share_too():
     s = signals_between(old, new, 0.5, 0.05)
     # 30k tokens in 10 s reached the engine from 30 local requests; 10 more overflowed: 4/3 of 3k tokens/s.
     assert s.prompt_token_rate == pytest.approx(4000.0)
+
+
+def test_the_gateway_replicas_needed_histogram_arrives_as_the_window_s_bucket_deltas():
+    # The gateway's own histogram (metrics.py's bounds), rendered and parsed: what each window's requests needed.
+    from floodway.operator.gateway.metrics import GatewayMetrics
+    m = GatewayMetrics()
+    for need in (0.4, 1.5, 2.5):
+        m.replicas_needed.observe(need)
+    old = Scrape(0.0, {}, parse_gateway(m.render().decode()))
+    for need in (0.2, 0.9, 1.1, 3.5):
+        m.replicas_needed.observe(need)
+    new = Scrape(5.0, {}, parse_gateway(m.render().decode()))
+    got = signals_between(old, new, 0.5, 0.05).replicas_needed
+    assert (got[1.0], got[2.0], got[3.0], got[4.0], got[float("inf")]) == (2, 3, 3, 4, 4)
+    assert GW_NEEDED in m.render().decode()
+    # A gateway restart (its counts went down) counts everything since, as for the other counters.
+    fresh = GatewayMetrics()
+    fresh.replicas_needed.observe(5.0)
+    again = signals_between(new, Scrape(10.0, {}, parse_gateway(fresh.render().decode())), 0.5, 0.05)
+    assert (again.replicas_needed[4.0], again.replicas_needed[5.0], again.replicas_needed[float("inf")]) == (0, 1, 1)
+    assert signals_between(Scrape(0.0, {}), Scrape(5.0, {}), 0.5, 0.05).replicas_needed == {}  # no gateway read
+
+
+def test_observe_counts_a_value_in_every_bucket_at_or_above_it():
+    hist = dict.fromkeys((1.0, 2.0, float("inf")), 0)
+    for value in (0.5, 1.0, 1.5, 7.0):
+        observe(hist, value)
+    assert hist == {1.0: 2, 2.0: 3, float("inf"): 4}

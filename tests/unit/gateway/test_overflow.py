@@ -23,6 +23,7 @@ from floodway.operator.gateway.overflow import (
     predict_ttft_from_backlog,
     predict_ttft_s,
     prefill_rate_sample,
+    replicas_needed,
     slot_hold_update,
     slot_wait_s,
 )
@@ -127,6 +128,18 @@ def test_breaker_open_holds_with_retry_after():
     pool = PoolState(ready=0, breaker=BreakerState(3, opened_at=0.0), held=2)
     d = decide(pool, now=1.0)
     assert d.target == "reject" and d.reason == "hold_queue_full:breaker_open" and d.retry_after_s == 9.0
+
+
+def test_replicas_needed_is_the_pool_at_which_the_prediction_would_just_reach_the_overflow_threshold():
+    # 0.9 s predicted on 2 ready replicas against a 0.45 s threshold (0.9 x 0.5 s): the work ahead spread over 4
+    # would have kept it local. Exactly at the threshold it needs the pool it has.
+    assert replicas_needed(PoolState(ready=2, predicted_ttft_s=0.9), POLICY) == pytest.approx(4.0)
+    assert replicas_needed(PoolState(ready=3, predicted_ttft_s=0.45), POLICY) == pytest.approx(3.0)
+    assert replicas_needed(PoolState(ready=3, predicted_ttft_s=0.1), POLICY) == pytest.approx(2 / 3)
+    # Nothing to say without a prediction, a ready replica or a TTFT SLO.
+    assert replicas_needed(PoolState(ready=2), POLICY) is None
+    assert replicas_needed(PoolState(ready=0, predicted_ttft_s=0.9), POLICY) is None
+    assert replicas_needed(PoolState(ready=2, predicted_ttft_s=0.9), OverflowPolicy(enabled=True)) is None
 
 
 def test_predict_ttft():

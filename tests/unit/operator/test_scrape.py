@@ -4,15 +4,19 @@ transport: this pins the merge, the HTTP path is the integration tests'."""
 
 import httpx
 import pytest
-from floodway.operator.autoscaler.signals import GW_HELD, GW_OVERFLOW, GW_REQUESTS
+from floodway.operator.autoscaler.signals import GW_HELD, GW_NEEDED, GW_OVERFLOW, GW_REQUESTS
 from floodway.operator.controller.scrape import scrape
 
 pytestmark = pytest.mark.unit
 
 
 def gateway_text(requests: float, overflow: float, held: float) -> str:
+    # Every request needed at most 2 replicas but one (floodway_gateway_replicas_needed, a histogram).
     return (f'{GW_REQUESTS}{{backend="overflow",outcome="ok"}} {requests}\n'
-            f'{GW_OVERFLOW}{{reason="queue"}} {overflow}\n{GW_HELD} {held}\n')
+            f'{GW_OVERFLOW}{{reason="queue"}} {overflow}\n{GW_HELD} {held}\n'
+            f'# TYPE {GW_NEEDED} histogram\n{GW_NEEDED}_bucket{{le="1.0"}} 0\n'
+            f'{GW_NEEDED}_bucket{{le="2.0"}} {requests - 1}\n{GW_NEEDED}_bucket{{le="+Inf"}} {requests}\n'
+            f'{GW_NEEDED}_count {requests}\n{GW_NEEDED}_sum 0\n')
 
 
 def client(pages: dict[str, str | None]) -> httpx.Client:
@@ -26,6 +30,7 @@ def test_gateway_replicas_are_summed():
     pages = {"http://gw-a": gateway_text(10, 4, 1), "http://gw-b": gateway_text(5, 2, 0)}
     got = scrape({}, ["http://gw-a", "http://gw-b"], 0, 1.0, client=client(pages)).gateway
     assert (got.requests_total, got.overflow_total, got.held) == (15, 6, 1)
+    assert got.replicas_needed == {1.0: 0, 2.0: 13, float("inf"): 15}  # the histograms too, bucket by bucket
     one = scrape({}, "http://gw-a", 0, 1.0, client=client(pages)).gateway  # a single gateway by its URL
     assert (one.requests_total, one.overflow_total, one.held) == (10, 4, 1)
 

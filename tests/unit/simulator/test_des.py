@@ -111,3 +111,19 @@ def test_predicting_ttft_from_the_prefill_backlog_overflows_what_would_miss_the_
     assert learned.attainment > average.attainment and 0 < learned.overflow_share < 1
     rate = SimConfig().profile.prefill_tokens_per_s
     assert 0.5 * rate < sim.gateway.prefill_rate <= rate
+
+
+def test_the_simulated_gateway_counts_each_request_by_the_pool_that_would_have_kept_it_local():
+    # One replica and long prompts faster than it prefills (as above): the gateway's floodway_gateway_replicas_needed,
+    # as the autoscaler scrapes it, counts each arrival it predicted once; those needing more than the one replica
+    # are among the overflowed (the rule overflows every one of them), the rest needed at most it.
+    tr = steps([3.0], step_s=120, prompt_tokens=6000, output_tokens=20, seed=2)
+    cfg = SimConfig(profile=ReplicaProfile(max_num_seqs=256), ttft_slo_s=1.0, tpot_slo_s=1.0,
+                    overflow=OverflowPolicy(enabled=True, ttft_slo_s=1.0, predicted_ttft_factor=0.7))
+    sim = Simulation(tr, static(1), cfg)
+    res = sim.run()
+    needed, inf = sim.gateway.needed, float("inf")
+    overflowed = sum(r.where == "overflow" for r in res.requests)
+    assert 0.9 * len(tr) <= needed[inf] <= len(tr)  # all but those before the replica had timed a prefill
+    assert 0 < needed[inf] - needed[1] <= overflowed
+    assert 0 < sim.last_scrape.gateway.replicas_needed[inf] <= needed[inf]  # what the ticks scraped
