@@ -308,7 +308,7 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         return scaled(st, now, p.max_replicas, "lower to maximum")
     if cur == floor:
         return scaled(st, now, cur, "at minimum")
-    return _scale_down(st, signals, p, now, floor, allow, held_avg)
+    return _scale_down(st, signals, p, now, floor, allow, held_avg, kv_level)
 
 
 def _fitting(history: list[float], p: AutoscalerPolicy, allow: float) -> tuple[int, str]:
@@ -325,7 +325,8 @@ def _fitting(history: list[float], p: AutoscalerPolicy, allow: float) -> tuple[i
 
 
 def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float, floor: int,
-                allow: float, sizing_avg: float) -> Decision:
+                allow: float, sizing_avg: float, kv_level: float) -> Decision:
+    """sizing_avg, kv_level: what the scale-up rule averaged over its window (decide)."""
     cur = st.replicas
     if now < st.panic_until:
         return scaled(st, now, cur, "panic mode blocks scale-down")
@@ -352,8 +353,8 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
         token_fits = math.ceil(token_peak / (p.per_replica * p.scale_down_utilization))
         if token_fits > fits:
             fits, what = token_fits, f"prompt tokens up to {token_peak:.1f} over {p.token_stabilization_s:g} s"
-    kv = window(st.kv, now, p.scale_up_window_s)  # averaged as for a scale-up, or one tick's dip flaps
-    fits = max(fits, math.ceil(sum(kv) / len(kv) / (p.kv_target * p.scale_down_utilization)))
+    # KV usage averaged as for a scale-up, or one tick's dip flaps.
+    fits = max(fits, math.ceil(kv_level / (p.kv_target * p.scale_down_utilization)))
     # Never to a pool the scale-up rule would grow right back: the sizing it averages must fit within its tolerance.
     back = math.ceil(sizing_avg / (p.per_replica * (1 + p.scale_up_tolerance)))
     if back > fits:
