@@ -34,8 +34,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         from floodway.operator.spec import SpecError, load
         from floodway.operator.spec.resource import parse
 
-        work = str(workdir or tempfile.mkdtemp(prefix="floodway-up-"))
-        Path(work).mkdir(parents=True, exist_ok=True)
         use_stand_in = local_overflow if local_overflow is not None else file is None
         try:
             doc = DEFAULT_MANIFEST if file is None else load(file).model_dump(by_alias=True, exclude_none=True)
@@ -65,6 +63,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         if level == "warning":
             typer.echo(f"warning: {message}", err=True)
 
+        # Only a spec that passed gets a folder: a refused one leaves nothing behind.
+        work = str(workdir or tempfile.mkdtemp(prefix="floodway-up-"))
+        Path(work).mkdir(parents=True, exist_ok=True)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

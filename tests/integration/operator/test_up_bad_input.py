@@ -32,13 +32,14 @@ def test_rejected_with_the_field_named(tmp_path, floodway_cmd, change, message):
                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 2, out.stdout + out.stderr
     assert message in out.stderr
-    assert not list((tmp_path / "w").glob("*.log"))  # nothing was started
+    assert not (tmp_path / "w").exists()  # nothing was started, not even its log folder made
 
 
 def test_missing_file(tmp_path, floodway_cmd):
     out = subprocess.run([*floodway_cmd, "up", str(tmp_path / "none.yaml")], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)})
     assert out.returncode == 2 and "cannot read" in out.stderr
+    assert not list(tmp_path.glob("floodway-up-*"))  # no log folder left behind for a run that never started
 
 
 def test_cluster_only_fields_are_named_before_anything_starts(tmp_path, floodway_cmd):
