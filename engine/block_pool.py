@@ -1,7 +1,8 @@
 """Fixed-size KV blocks: ref counts, a free queue in LRU order and the prefix-cache map.
 
-A full block is cached under a chained hash (parent block's hash, its token ids, extra keys such as a cache
-salt). A lookup verifies the stored parent hash and token ids, so a hash collision can never serve wrong KV.
+A full block is cached under a chained hash (parent block's hash, its token ids, extra keys such as the LoRA
+adapter). A lookup verifies the stored parent hash, token ids and extra keys, so a hash collision can never serve
+wrong KV.
 Freed blocks keep their cached contents until they are reallocated (least recently freed first).
 """
 
@@ -16,6 +17,7 @@ class Block:
     block_hash: int | None = None
     parent_hash: int | None = None
     token_ids: tuple[int, ...] = ()
+    extra: tuple = ()
 
 
 def chain_hash(parent_hash: int | None, token_ids: tuple[int, ...], extra: tuple = ()) -> int:
@@ -50,7 +52,7 @@ class BlockPool:
             if block.block_hash is not None:
                 if self.cached.get(block.block_hash) == block_id:
                     del self.cached[block.block_hash]
-                block.block_hash, block.parent_hash, block.token_ids = None, None, ()
+                block.block_hash, block.parent_hash, block.token_ids, block.extra = None, None, (), ()
             block.ref_cnt = 1
             out.append(block_id)
         return out
@@ -82,7 +84,7 @@ class BlockPool:
         if block_id is None:
             return None
         block = self.blocks[block_id]
-        if block.parent_hash != parent_hash or block.token_ids != token_ids:
+        if block.parent_hash != parent_hash or block.token_ids != token_ids or block.extra != extra:
             return None
         return block_id, h
 
@@ -93,6 +95,6 @@ class BlockPool:
             return h
         block = self.blocks[block_id]
         if block.block_hash is None and h not in self.cached:
-            block.block_hash, block.parent_hash, block.token_ids = h, parent_hash, token_ids
+            block.block_hash, block.parent_hash, block.token_ids, block.extra = h, parent_hash, token_ids, extra
             self.cached[h] = block_id
         return h

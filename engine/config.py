@@ -2,6 +2,9 @@
 
 from dataclasses import dataclass, field
 
+from floodway.engine.lora import config as lora_config
+from floodway.engine.spec_decode import config as spec_config
+
 DEFAULT_CPU_KV_BYTES = 512 * 2**20
 
 
@@ -16,6 +19,10 @@ class EngineConfig:
     tokenizer: str | None = _setting(None, "Tokenizer id or folder (default: the model's).")
     served_model_name: str | None = _setting(None, "Model name in the API (default: --model).")
     dtype: str = _setting("auto", "auto (float32 on CPU, bfloat16 on CUDA), float32, float16 or bfloat16.")
+    quantization: str = _setting("auto", "Weights: auto (the checkpoint's own: a .gguf file's types, the built-in "
+                                         "SmolLM2's shipped Q4_1), none (float), gguf, int8 or int4 (weight-only, "
+                                         "round-to-nearest in groups of 32 at load of a float checkpoint). Quantized "
+                                         "weights compute in bfloat16 on CPU (dtype auto picks it).")
     device: str = _setting("auto", "auto, cpu or cuda[:N].")
     max_model_len: int | None = _setting(None, "Context length (default: min(model's, 4096)).")
     max_num_seqs: int = _setting(64, "Most sequences in one batch.")
@@ -35,6 +42,18 @@ class EngineConfig:
     model_impl: str = _setting("auto", "auto (our own decoder for Llama, Mistral and Qwen2, transformers' modules "
                                        "otherwise) or transformers (always transformers' modules).")
     seed: int = _setting(0, "Seed of the engine's sampler.")
+    speculative_config: str | None = _setting(
+        None, 'Speculative decoding, as vLLM\'s JSON: {"method": "ngram", "num_speculative_tokens": k, '
+              '"prompt_lookup_min": n, "prompt_lookup_max": m} (prompt lookup, n and m by default '
+              f'{spec_config.SpeculativeConfig.prompt_lookup_min} and {spec_config.SpeculativeConfig.prompt_lookup_max}'
+              '); each step verifies up to k drafts per sequence where measured acceptance and step times say it pays.')
+    enable_lora: bool = _setting(False, "Serve LoRA adapters (PEFT format, on q/k/v/o and gate/up/down) next to the "
+                                        "base model: a request names one in `model`.")
+    lora_modules: list[str] | None = _setting(None, "Adapters served from startup, as name=path (repeat the flag).")
+    max_loras: int = _setting(1, "Adapters resident at once (requests for more wait); rank-padded weight slots.")
+    max_lora_rank: int = _setting(16, "Largest adapter rank served (the slots are padded to it).")
+    max_cpu_loras: int | None = _setting(None, "Adapters whose weights stay in CPU memory, least recently used "
+                                               "evicted first (default: --max-loras).")
     # Slept in the serving engine loop's thread, so tests make capacity scarce by configuration instead of
     # racing the CPU.
     step_delay_ms: int = _setting(0, "Testing/demo knob: each engine step takes at least this many ms more "
@@ -49,6 +68,8 @@ class EngineConfig:
             raise ValueError("model must be a non-empty string")
         if self.dtype not in ("auto", "float32", "float16", "bfloat16"):
             raise ValueError(f"dtype must be one of auto, float32, float16, bfloat16, got {self.dtype!r}")
+        if self.quantization not in ("auto", "none", "gguf", "int8", "int4"):
+            raise ValueError(f"quantization must be one of auto, none, gguf, int8, int4, got {self.quantization!r}")
         if self.model_impl not in ("auto", "transformers"):
             raise ValueError(f"model_impl must be auto or transformers, got {self.model_impl!r}")
         if not isinstance(self.device, str) or not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
@@ -72,6 +93,10 @@ class EngineConfig:
             raise ValueError("tpot_slo_ms needs enable_chunked_prefill (prompts are split across steps)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if self.speculative_config is not None and not isinstance(self.speculative_config, str):
+            raise ValueError(f"speculative_config must be a JSON string, got {self.speculative_config!r:.80}")
+        spec_config.parse(self.speculative_config)
+        lora_config.check(self)
 
 
 def _positive_int(name: str, value) -> None:

@@ -9,6 +9,12 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def extra_keys(req: Request) -> tuple:
+    """What a block's KV depends on besides its tokens: the LoRA adapter (its load's id), so no block is shared
+    across adapters or with the base model."""
+    return () if req.lora is None else (("lora", req.lora.id),)
+
+
 class KVManager:
     def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True):
         self.pool = BlockPool(num_blocks, enable_caching)
@@ -30,7 +36,7 @@ class KVManager:
         max_blocks = (req.num_tokens - 1) // self.block_size if req.params.prompt_logprobs is None else 0
         for i in range(max_blocks):
             tokens = tuple(req.all_token_ids[i * self.block_size:(i + 1) * self.block_size])
-            hit = self.pool.lookup(parent, tokens)
+            hit = self.pool.lookup(parent, tokens, extra_keys(req))
             if hit is None:
                 break
             ids.append(hit[0])
@@ -86,8 +92,17 @@ class KVManager:
         parent = hashes[-1] if hashes else None
         for i in range(len(hashes), num_full):
             tokens = tuple(req.all_token_ids[i * self.block_size:(i + 1) * self.block_size])
-            parent = self.pool.register(blocks[i], parent, tokens)
+            parent = self.pool.register(blocks[i], parent, tokens, extra_keys(req))
             hashes.append(parent)
+
+    def trim(self, req: Request, num_tokens: int) -> None:
+        """Frees the sequence's blocks beyond the first num_tokens tokens' (slots of rejected draft tokens): they
+        were allocated for this sequence alone and never cached."""
+        blocks = self.req_blocks.get(req, [])
+        keep = self.blocks_needed(num_tokens)
+        if len(blocks) > keep:
+            self.pool.free(list(reversed(blocks[keep:])))
+            del blocks[keep:]
 
     def free(self, req: Request) -> None:
         """Drops the sequence's references to its blocks; its tail blocks go to the free queue first, so they are

@@ -7,13 +7,18 @@ import torch
 from floodway.engine.config import EngineConfig
 from floodway.engine.detokenizer import Detokenizer
 from floodway.engine.kv_manager import KVManager
+from floodway.engine.lora.manager import LoRAManager
 from floodway.engine.model_runner import ModelRunner, SeqInput
 from floodway.engine.outputs import EngineStats, RequestMetrics, RequestOutput
 from floodway.engine.prefill_budget import StepTimes
 from floodway.engine.request import Request
-from floodway.engine.sampler import sample, token_logprobs
+from floodway.engine.sampler import processed_logits, sample, token_logprobs
 from floodway.engine.sampling_params import SamplingParams
-from floodway.engine.scheduler import Scheduler
+from floodway.engine.scheduler import ScheduledSeq, Scheduler
+from floodway.engine.spec_decode import config as spec_config
+from floodway.engine.spec_decode.draft import DraftModel
+from floodway.engine.spec_decode.speculator import SpecCounters, Speculator
+from floodway.engine.spec_decode.verify import verify
 from floodway.engine.structured_grammar import Grammars, advance
 
 
@@ -26,8 +31,16 @@ class LLMEngine:
         self.max_model_len = self.runner.max_model_len
         self.model_name = config.served_model_name or config.model
         self.kv = KVManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
+        spec = spec_config.parse(config.speculative_config)
+        self.speculator = None
+        if spec is not None:
+            draft = DraftModel(config, spec.model, self.runner.num_blocks, self.max_model_len,
+                               self.runner.vocab_size) if spec.method == "draft_model" else None
+            self.speculator = Speculator(spec, self.kv, draft)
+        self.lora = LoRAManager(config, self.runner.lora) if config.enable_lora else None
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
-                                   config.enable_chunked_prefill)
+                                   config.enable_chunked_prefill, self.speculator,
+                                   config.max_loras if config.enable_lora else None)
         if not config.enable_chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
             raise ValueError(f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be >= max_model_len "
                              f"({self.max_model_len}) when enable_chunked_prefill is off")
@@ -66,7 +79,8 @@ class LLMEngine:
             raise ValueError(f"logit_bias token ids must be below the vocabulary size {self.runner.vocab_size}")
 
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                    arrival_time: float | None = None) -> None:
+                    arrival_time: float | None = None, lora: str | None = None) -> None:
+        """lora: the name of a LoRA adapter to run with (None: the base model)."""
         if request_id in self.requests:
             raise ValueError(f"duplicate request_id {request_id!r}")
         if isinstance(prompt, str):
@@ -76,8 +90,13 @@ class LLMEngine:
         else:
             raise ValueError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
         self.validate_request(ids, params)
+        if lora is not None and self.lora is None:
+            raise ValueError(f"LoRA adapter {lora!r} asked of an engine started without enable_lora")
+        adapter = self.lora.resolve(lora) if lora is not None else None
         metrics = RequestMetrics(arrival_time or time.time())
         seqs = [self._sequence(request_id, ids, params, metrics, i) for i in range(params.num_seqs)]
+        for seq in seqs:
+            seq.lora = adapter
         seqs[0].forks = seqs[1:]  # prefilled once, by the first
         if params.prompt_logprobs is not None:  # filled by whichever sequence computes the prompt, read by all
             lps, tops = [None], [None]
@@ -119,45 +138,96 @@ class LLMEngine:
             return outputs
         seqs = sched.seqs
         started = time.perf_counter()
-        inputs = [SeqInput(s.req.all_token_ids[s.req.num_computed_tokens:s.req.num_computed_tokens + s.num_new_tokens],
-                           s.req.num_computed_tokens, self.kv.block_table(s.req), s.samples,
-                           _num_prompt_logits(s.req, s.num_new_tokens)) for s in seqs]
-        sampled = [s.req for s in seqs if s.samples]
+        slots = self.lora.activate([s.req.lora for s in seqs]) if self.lora is not None else [-1] * len(seqs)
+        inputs = [SeqInput(_step_tokens(s), s.req.num_computed_tokens, self.kv.block_table(s.req), s.samples,
+                           _num_prompt_logits(s.req, s.num_new_tokens - s.num_spec), s.num_spec, slot)
+                  for s, slot in zip(seqs, slots, strict=True)]
+        sampled = [s for s in seqs if s.samples]
         # Before the tokens are counted as computed: `samples` reads how many were.
-        decodes = sum(1 for s in seqs if s.req.output_token_ids and s.num_new_tokens == 1 and s.samples)
+        decodes = sum(1 for s in seqs if s.req.output_token_ids and s.num_new_tokens - s.num_spec == 1 and s.samples)
+        num_drafts = sum(s.num_spec for s in seqs)
         logits = self.runner.execute(inputs, self.kv.take_copies())
-        logits, prompt_logits = logits[:len(sampled)], logits[len(sampled):]
+        num_rows = len(sampled) + num_drafts
+        logits, prompt_logits = logits[:num_rows], logits[num_rows:]
         if len(prompt_logits):
             _collect_prompt_logprobs([s.req for s in seqs], inputs, prompt_logits)
         for s in seqs:
-            s.req.num_computed_tokens += s.num_new_tokens
+            s.req.num_computed_tokens += s.num_new_tokens - s.num_spec  # drafts count once accepted
             self.kv.cache_filled_blocks(s.req)
         # Once a request's prompt is computed its other sequences fork off it and sample from the same logits.
-        rows = [i for i, req in enumerate(sampled) for _ in range(1 + len(req.forks))]
-        sampling = [seq for req in sampled for seq in (req, *self.scheduler.fork(req))]
-        if len(rows) > len(sampled):
+        rows, sampling, drafts, row = [], [], [], 0
+        for s in sampled:
+            for seq in (s.req, *self.scheduler.fork(s.req)):
+                drafts.append(s.req.spec_token_ids[:s.num_spec] if seq is s.req else [])
+                rows += range(row, row + len(drafts[-1]) + 1)
+                sampling.append(seq)
+            row += s.num_spec + 1
+        if len(rows) > num_rows:
             logits = logits[rows]
-        if sampling:
+        if num_drafts:
+            tokens, lps, tops = self._verify(logits, sampling, drafts)
+        elif sampling:
             self.grammars.mask(logits, [r.grammar for r in sampling])  # before sampling, so only allowed tokens
             out = sample(logits, [r.params for r in sampling], [r.generator for r in sampling], self.generator,
                          [r.prompt_token_ids for r in sampling], [r.output_token_ids for r in sampling],
                          self.runner.eos_token_ids)
+            tokens = [[t] for t in out.tokens]
+            lps = [[lp] for lp in out.logprobs] if out.logprobs else None
+            tops = [[top] for top in out.top_logprobs] if out.top_logprobs else None
         # The serving loop sleeps --step-delay-ms after each step: part of the step's time as clients see it.
         seconds = time.perf_counter() - started + self.config.step_delay_ms / 1000
-        self.step_times.observe(decodes, sched.num_tokens - decodes, seconds)
+        prefill_tokens = sched.num_tokens - decodes - num_drafts
+        self.step_times.observe(decodes, prefill_tokens, seconds)
+        if self.speculator is not None:
+            self.speculator.observe_step(decodes, num_drafts, prefill_tokens, seconds)
         now = time.time()
         for i, req in enumerate(sampling):
-            outputs.append(self._append(req, out.tokens[i], out.logprobs[i] if out.logprobs else None,
-                                        out.top_logprobs[i] if out.top_logprobs else None, now))
+            outputs.append(self._append(req, tokens[i], lps[i] if lps else None, tops[i] if tops else None, now))
+            if drafts[i]:
+                self._settle_drafts(req, len(drafts[i]), len(tokens[i]) - 1)
         return outputs
 
-    def _append(self, req: Request, token: int, logprob: float | None, top: dict[int, float] | None,
-                now: float) -> RequestOutput:
+    def _verify(self, logits: torch.Tensor, seqs: list[Request], drafts: list[list[int]]):
+        """A step's tokens when some sequences verify drafts (rows as `step_inputs.build` keeps them): per sequence
+        its accepted drafts and the target's next token, and their logprobs and top logprobs as `sample` gives."""
+        self.grammars.mask_drafts(logits, [r.grammar for r in seqs], drafts)
+        per_row = [(r, d[:j]) for r, d in zip(seqs, drafts, strict=True) for j in range(len(d) + 1)]
+        params = [r.params for r, _ in per_row]
+        penalized = any(p.penalized for p in params)  # only then the per-row token lists are read
+        x = processed_logits(logits, params, [r.prompt_token_ids for r, _ in per_row] if penalized else None,
+                             [r.output_token_ids + d for r, d in per_row] if penalized else None,
+                             self.runner.eos_token_ids)
+        tokens = verify(x, drafts, [r.params.greedy for r in seqs], [r.generator for r in seqs], self.generator)
+        if all(p.logprobs is None for p in params):
+            return tokens, None, None
+        emitted = [t[j] if j < len(t) else 0 for t, d in zip(tokens, drafts, strict=True) for j in range(len(d) + 1)]
+        chosen, top = token_logprobs(logits, torch.tensor(emitted), [p.logprobs or 0 for p in params])
+        lps, tops, row = [], [], 0
+        for t, d in zip(tokens, drafts, strict=True):
+            lps.append(chosen[row:row + len(t)])
+            tops.append(top[row:row + len(t)] if top else None)
+            row += len(d) + 1
+        return tokens, lps, tops
+
+    def _settle_drafts(self, req: Request, num_drafts: int, num_accepted: int) -> None:
+        """After a verify: the accepted drafts' KV counts as computed, the rejected ones' blocks are freed."""
+        req.spec_token_ids = []
+        if req.finish_reason is None:
+            req.num_computed_tokens += num_accepted
+            self.kv.trim(req, req.num_tokens)
+            self.kv.cache_filled_blocks(req)
+        self.speculator.record(req, num_drafts, num_accepted)
+
+    def _append(self, req: Request, tokens: list[int], logprobs: list[float] | None,
+                tops: list[dict[int, float] | None] | None, now: float) -> RequestOutput:
         p = req.params
-        new = [token] if p.max_tokens else []  # max_tokens 0: prefill only (prompt logprobs), nothing generated
-        if new:
-            self._add_token(req, token, logprob, now)
-        else:
+        new = tokens if p.max_tokens else []  # max_tokens 0: prefill only (prompt logprobs), nothing generated
+        for i, token in enumerate(new):
+            self._add_token(req, token, logprobs[i] if logprobs else None, now)
+            if req.finish_reason is not None:  # the rest were drafts past the end
+                new = new[:i + 1]
+                break
+        if not new:
             req.finish_reason = "length"
         finished = False
         if req.finish_reason is not None:
@@ -168,8 +238,8 @@ class LLMEngine:
             if not seqs:
                 del self.requests[req.request_id]
                 finished = True
-        new_logprobs = [logprob] if new and p.logprobs is not None else None
-        return self._output(req, new, new_logprobs, finished, [top] if new and top is not None else None)
+        new_logprobs = logprobs[:len(new)] if new and p.logprobs is not None else None
+        return self._output(req, new, new_logprobs, finished, tops[:len(new)] if new and p.logprobs else None)
 
     def _add_token(self, req: Request, token: int, logprob: float | None, now: float) -> None:
         """Appends a sampled token and sets finish_reason if it ends the sequence."""
@@ -212,7 +282,10 @@ class LLMEngine:
         running = self.scheduler.running
         held = sum(len(self.kv.block_table(r)) for r in running) * self.kv.block_size
         live = sum(min(r.num_computed_tokens, r.num_tokens) for r in running)
+        spec = self.speculator.counters if self.speculator is not None else SpecCounters()
         return EngineStats(
+            spec_num_drafts=spec.num_drafts, spec_num_draft_tokens=spec.num_draft_tokens,
+            spec_num_accepted_tokens=spec.num_accepted_tokens, spec_accepted_per_pos=list(spec.accepted_per_pos),
             num_running=len(running), num_waiting=len(self.scheduler.waiting), num_free_blocks=pool.num_free,
             num_total_blocks=pool.num_total, kv_cache_usage=used / pool.num_total,
             prompt_tokens_total=self.prompt_tokens_total, generation_tokens_total=self.generation_tokens_total,
@@ -220,9 +293,21 @@ class LLMEngine:
             prefix_cache_hits_total=c.prefix_hits, kv_utilization=live / held if held else 0.0,
             block_size=self.kv.block_size, max_num_seqs=self.config.max_num_seqs,
             max_num_batched_tokens=self.config.max_num_batched_tokens,
+            running_lora_adapters=_adapter_names(running), waiting_lora_adapters=_adapter_names(self.scheduler.waiting),
+            max_lora=self.config.max_loras if self.lora is not None else 0,
             num_prefill_tokens_waiting=self.scheduler.num_prefill_tokens_waiting,
             prefill_tokens_per_s=self.step_times.prefill_rate(self.config.tpot_slo_ms / 1000.0,
                                                               self.config.max_num_batched_tokens) or 0.0)
+
+
+def _adapter_names(reqs) -> list[str]:
+    return sorted({r.lora.name for r in reqs if r.lora is not None})
+
+
+def _step_tokens(s: ScheduledSeq) -> list[int]:
+    """The tokens a scheduled sequence computes this step: its next chunk, then its drafts."""
+    start = s.req.num_computed_tokens
+    return s.req.all_token_ids[start:start + s.num_new_tokens - s.num_spec] + s.req.spec_token_ids[:s.num_spec]
 
 
 def _num_prompt_logits(req: Request, num_new_tokens: int) -> int:

@@ -6,6 +6,8 @@ import logging
 import torch
 from floodway.engine import attention, cuda_graphs, kv_cache, packed_linear, step_inputs
 from floodway.engine.config import EngineConfig
+from floodway.engine.lora import manager as lora_manager
+from floodway.engine.quant import load as quant_load
 from floodway.engine.step_inputs import SeqInput
 
 log = logging.getLogger("floodway.engine")
@@ -27,19 +29,23 @@ class ModelRunner:
     def __init__(self, cfg: EngineConfig):
         from floodway.engine.models import llama
         from floodway.engine.models.builtin import resolve_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+        from transformers import AutoTokenizer, GenerationConfig
 
         path = resolve_model(cfg.model)
         self.device = resolve_device(cfg.device)
-        self.dtype = resolve_dtype(cfg.dtype, self.device)
+        self.weights = quant_load.plan(cfg.quantization, cfg.model, path)
+        self.dtype = resolve_dtype(self.weights.dtype_name(cfg.dtype, self.device), self.device)
+        self.weights.check(self.device, self.dtype)
         attention.register()
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, attn_implementation=attention.ATTN_NAME)
-        model.to(self.device).eval()
+        model = quant_load.hf_model(self.weights, path, self.device, self.dtype, attention.ATTN_NAME)
         hf = model.config
         self.max_model_len = _max_model_len(cfg, hf)
         ours = cfg.model_impl == "auto" and llama.supports(model)
         if ours:
-            model = llama.LlamaDecoder(model, self.max_model_len)  # takes over the weights, frees the unmerged ones
+            decoder = llama.LlamaDecoder(model, self.max_model_len)  # takes over the weights, frees the unmerged ones
+        quant_load.quantize(self.weights, model, decoder if ours else None, self.device, self.dtype)
+        if ours:
+            model = decoder
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()  # the KV budget reads free memory
         if cfg.compile_decode:  # CUDA decode steps replay CUDA graphs instead
@@ -52,7 +58,13 @@ class ModelRunner:
         self.model = model
         if packed_linear.supported(self.device, self.dtype):
             packed_linear.pack(self.model)
-        self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.tokenizer) if cfg.tokenizer else path)
+        # After packing: the LoRA wrapper adds its delta to whichever linear it wraps.
+        self.lora = lora_manager.attach(self.model, cfg, self.device, self.dtype) if cfg.enable_lora else None
+        self.linear_kernels = quant_load.kernels(self.model)
+        log.info("weights: %s; linear kernels: %s", self.weights.method,
+                 ", ".join(f"{k}: {v}" for k, v in self.linear_kernels.items()))
+        tokenizer = resolve_model(cfg.tokenizer) if cfg.tokenizer else path
+        self.tokenizer = AutoTokenizer.from_pretrained(**quant_load.hf_source(tokenizer))
         self.vocab_size = hf.vocab_size
         self.eos_token_ids = _eos_ids(path, self.tokenizer, GenerationConfig)
         num_heads = hf.num_attention_heads
@@ -81,7 +93,9 @@ class ModelRunner:
             src, dst = (torch.tensor(ids, device=self.device) for ids in zip(*copies, strict=True))
             for cache in (*self.k_caches, *self.v_caches):
                 cache.index_copy_(0, dst, cache.index_select(0, src))
-        logits = self.graphs.run(seqs) if self.graphs is not None else None
+        # A captured step has no adapter rows: steps with some run eagerly.
+        eager = self.graphs is None or any(s.lora_slot >= 0 for s in seqs)
+        logits = None if eager else self.graphs.run(seqs)
         return logits if logits is not None else self.forward_eager(seqs)
 
     @torch.inference_mode()
@@ -89,6 +103,8 @@ class ModelRunner:
         """The step as one eager forward (any mix of prefill and decode); logits as `execute` returns them."""
         meta, input_ids, positions, keep = step_inputs.build(seqs, self.shape.block_size, self.k_caches,
                                                                   self.v_caches, self.device)
+        if self.lora is not None:
+            self.lora.step.batch = lora_manager.step_batch(seqs, step_inputs.packed_order(seqs), self.device)
         out = self.model(input_ids=input_ids, position_ids=positions, logits_to_keep=keep, use_cache=False,
                          floodway_meta=meta)
         return out.logits[0].float()

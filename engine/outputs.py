@@ -1,7 +1,7 @@
 """What the engine hands back: per-request outputs and engine-wide stats (torch-free)."""
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -65,7 +65,17 @@ class EngineStats:
     num_prefill_tokens_waiting: int = 0
     # Prompt tokens per second while sequences decode, from measured step times (0: none timed yet).
     prefill_tokens_per_s: float = 0.0
+    # Speculative decoding, as vLLM's spec_decode counters (none when it is off): verifies with drafts, drafts,
+    # accepted drafts, and accepted drafts by position within a verify.
+    spec_num_drafts: int = 0
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
+    spec_accepted_per_pos: list[int] = field(default_factory=list)
     # Capacity, exported as vllm:cache_config_info so the gateway knows it before it has seen any load.
     block_size: int = 0
     max_num_seqs: int = 0
     max_num_batched_tokens: int = 0
+    # LoRA, as vLLM's vllm:lora_requests_info labels: adapters of running and of waiting requests, the slots.
+    running_lora_adapters: list[str] = field(default_factory=list)
+    waiting_lora_adapters: list[str] = field(default_factory=list)
+    max_lora: int = 0

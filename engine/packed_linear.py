@@ -10,9 +10,8 @@ import platform
 
 import torch
 
-# oneDNN picks its blocking for this many rows; the blocked weight serves any number of rows. On one 576x1536 layer
-# (in cache, one thread) it ran 1.7-2.6x faster than unpacked for 2 to 300 rows and as fast for 1; a hint of 1 made
-# 2 rows slower than unpacked.
+# oneDNN picks its blocking for this many rows; the blocked weight serves any number of rows. A hint above 1, so
+# that batches of 2 or more are not slower than unpacked (docs/benchmarks/engine-code-notes.md).
 ROWS_HINT = 8
 
 

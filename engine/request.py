@@ -6,6 +6,7 @@ from typing import Any
 
 from floodway.engine.outputs import RequestMetrics
 from floodway.engine.sampling_params import SamplingParams
+from floodway.engine.spec_decode.policy import Acceptance
 
 
 class Status(enum.Enum):
@@ -37,6 +38,11 @@ class Request:
     # Sequences of the same request that start once this one's prompt is prefilled: they share its blocks.
     forks: list["Request"] = field(default_factory=list)
     cumulative_logprob: float = 0.0  # sum of the chosen tokens' logprobs, where computed (best_of ranks by it)
+    # Speculation: the draft tokens the coming step verifies after the last token, and the sequence's record.
+    spec_token_ids: list[int] = field(default_factory=list)
+    spec_acceptance: Acceptance = field(default_factory=Acceptance)
+    draft_computed: int = 0  # leading tokens whose KV the draft model (if any) holds
+    lora: Any = None  # the LoRA adapter it runs with (lora.registry.Adapter), None for the base model
 
     def __post_init__(self):
         self.all_token_ids = list(self.prompt_token_ids)

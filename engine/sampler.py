@@ -22,17 +22,12 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
            output_ids: list[list[int]] | None = None, eos_token_ids=()) -> SamplerOutput:
     """logits [B, V] float32 -> one token per row. prompt_ids/output_ids (per row) feed the penalties and
     min_tokens; they are read only when a row asks for those."""
-    x = logits
-    if any(p.penalized for p in params):
-        x = apply_penalties(logits, params, prompt_ids, output_ids, eos_token_ids)
+    x = processed_logits(logits, params, prompt_ids, output_ids, eos_token_ids)
     greedy = torch.tensor([p.greedy for p in params], device=logits.device)
     argmax = x.argmax(dim=-1)
     if bool(greedy.all()):
         tokens = argmax
     else:
-        x = x / torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], device=logits.device)[:, None]
-        x = _top_k(x, [p.top_k if p.top_k > 0 else 0 for p in params])
-        x = _top_p(x, [p.top_p for p in params])
         probs = torch.softmax(x, dim=-1)
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p; each seeded row uses its own stream.
         noise = torch.empty_like(probs).exponential_(generator=default_generator)
@@ -44,6 +39,20 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
         return SamplerOutput(tokens.tolist(), None, None)
     chosen, top = token_logprobs(logits, tokens, [p.logprobs or 0 for p in params])
     return SamplerOutput(tokens.tolist(), chosen, top)
+
+
+def processed_logits(logits: torch.Tensor, params: list[SamplingParams], prompt_ids: list[list[int]] | None = None,
+                     output_ids: list[list[int]] | None = None, eos_token_ids=()) -> torch.Tensor:
+    """The logits each row samples from: penalties, then (unless every row is greedy) temperature, top-k, top-p.
+    A greedy row's argmax is its token."""
+    x = logits
+    if any(p.penalized for p in params):
+        x = apply_penalties(logits, params, prompt_ids, output_ids, eos_token_ids)
+    if all(p.greedy for p in params):
+        return x
+    x = x / torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], device=logits.device)[:, None]
+    x = _top_k(x, [p.top_k if p.top_k > 0 else 0 for p in params])
+    return _top_p(x, [p.top_p for p in params])
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, num_top: list[int]):

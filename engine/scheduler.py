@@ -9,20 +9,26 @@ From then on each sequence is scheduled, preempted and recomputed on its own."""
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from floodway.engine.kv_manager import KVManager
+from floodway.engine.lora.residency import admits
 from floodway.engine.request import Request, Status
+
+if TYPE_CHECKING:
+    from floodway.engine.spec_decode.speculator import Speculator
 
 
 @dataclass
 class ScheduledSeq:
     req: Request
-    num_new_tokens: int
+    num_new_tokens: int  # including num_spec draft tokens, verified after the request's last token
+    num_spec: int = 0
 
     @property
     def samples(self) -> bool:
         """Whether this chunk reaches the end of the request's tokens, so its last logits give the next token."""
-        return self.req.num_computed_tokens + self.num_new_tokens == self.req.num_tokens
+        return self.req.num_computed_tokens + self.num_new_tokens - self.num_spec == self.req.num_tokens
 
 
 @dataclass
@@ -43,11 +49,14 @@ class SchedulerCounters:
 
 
 class Scheduler:
-    def __init__(self, kv: KVManager, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool):
+    def __init__(self, kv: KVManager, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool,
+                 speculator: "Speculator | None" = None, max_loras: int | None = None):
         self.kv = kv
+        self.speculator = speculator
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.chunked_prefill = chunked_prefill
+        self.max_loras = max_loras  # distinct LoRA adapters running at once (None: LoRA off)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.counters = SchedulerCounters()
@@ -61,6 +70,10 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         decoding = any(_decodes(r) for r in self.running)
         prefill = budget if prefill_budget is None or not decoding else prefill_budget
+        decodes = [r for r in self.running if _decodes(r)]
+        if self.speculator is not None and decodes:
+            self.speculator.propose(decodes)
+        pending = len(decodes)  # decodes not yet scheduled: drafts leave each a token and a block
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
@@ -70,22 +83,35 @@ class Scheduler:
             if num_new == 0:
                 i += 1
                 continue
-            while not self.kv.allocate(req, num_new):
+            num_spec = 0
+            if not is_prefill:
+                pending -= 1
+                # Drafts ride along only in budget and blocks no other decode needs: never at others' expense.
+                want = min(len(req.spec_token_ids), budget - num_new - pending)
+                if want > 0 and self.kv.allocate(req, num_new + want) and self.kv.pool.num_free >= pending:
+                    num_spec = want
+                self.kv.trim(req, req.num_computed_tokens + num_new + num_spec)  # slots of drafts not verified
+                del req.spec_token_ids[num_spec:]
+            while not num_spec and not self.kv.allocate(req, num_new):
                 victim = self.running.pop()  # newest
                 self._preempt(victim)
                 out.preempted.append(victim)
                 if victim is req:
                     break
             else:
-                out.seqs.append(ScheduledSeq(req, num_new))
-                budget -= num_new
+                out.seqs.append(ScheduledSeq(req, num_new + num_spec, num_spec))
+                budget -= num_new + num_spec
                 prefill -= num_new if is_prefill else 0
                 i += 1
         # Admitting new work while others were just preempted would only thrash.
+        skipped = []  # requests for an adapter with no slot free now: later ones may go first, these keep their place
         while not out.preempted and self.waiting and budget > 0:
             req = self.waiting[0]
             if len(self.running) + 1 + len(req.forks) > self.max_num_seqs:
                 break
+            if not admits(req.lora and req.lora.id, {r.lora.id for r in self.running if r.lora}, self.max_loras):
+                skipped.append(self.waiting.popleft())
+                continue
             hit_ids, hit_hashes = self.kv.computed_prefix(req)
             num_cached = len(hit_ids) * self.kv.block_size
             num_new = self._chunk(req.num_tokens - num_cached, min(budget, prefill))
@@ -103,6 +129,7 @@ class Scheduler:
             out.seqs.append(ScheduledSeq(req, num_new))
             budget -= num_new
             prefill -= num_new
+        self.waiting.extendleft(reversed(skipped))
         return out
 
     def _chunk(self, remaining: int, budget: int) -> int:
@@ -129,6 +156,7 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
         req.num_computed_tokens = 0
+        req.spec_token_ids, req.draft_computed = [], 0
         req.status = Status.WAITING
         self.waiting.appendleft(req)
         self.counters.num_preemptions += 1

@@ -19,6 +19,8 @@ class SeqInput:
     block_table: list[int]
     samples: bool  # whether the last token's logits are needed
     num_prompt_logits: int = 0  # leading positions whose logits are kept too (prompt logprobs)
+    num_spec: int = 0  # trailing draft tokens verified: a sampling seq keeps its last num_spec + 1 positions' logits
+    lora_slot: int = -1  # the LoRA weight slot its rows use (-1: the base model)
 
 
 def decode_groups(ctx_lens: list[int]) -> list[tuple[int, int]]:
@@ -32,13 +34,18 @@ def decode_groups(ctx_lens: list[int]) -> list[tuple[int, int]]:
     return groups
 
 
+def packed_order(seqs: list[SeqInput]) -> list[int]:
+    """Indices of seqs in packed order: single-token sequences first, longest context first, then prefill chunks."""
+    return sorted(range(len(seqs)), key=lambda i: (len(seqs[i].token_ids) != 1, -seqs[i].start_pos))
+
+
 def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, kernels: bool | None = None):
-    """-> (meta, input_ids [1, T], position_ids [1, T], logits_to_keep): the sampling seqs' last positions in
-    seqs' order, then each seq's leading num_prompt_logits positions in seqs' order.
+    """-> (meta, input_ids [1, T], position_ids [1, T], logits_to_keep): the sampling seqs' last num_spec + 1
+    positions in seqs' order, then each seq's leading num_prompt_logits positions in seqs' order.
     The packed order puts single-token sequences first, longest context first, then prefill chunks.
     The attention metadata is for the Triton kernels when `kernels` (default: on CUDA with triton), else for SDPA."""
     bs = block_size
-    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].token_ids) != 1, -seqs[i].start_pos))
+    order = packed_order(seqs)
     num_decode = sum(1 for s in seqs if len(s.token_ids) == 1)
     ids, pos, slots, first, last = [], [], [], {}, {}
     for i in order:
@@ -56,7 +63,7 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, ker
     decodes, prefills = ([], []) if kernels else _sdpa_inputs(dec, pre, bs, device)
     meta = StepMeta(k_caches, v_caches, torch.tensor(slots, device=device), decodes, prefills,
                     kernel_inputs(dec, pre, bs, device) if kernels else None)
-    keep = [last[i] for i in range(len(seqs)) if seqs[i].samples]
+    keep = [last[i] - s.num_spec + j for i, s in enumerate(seqs) if s.samples for j in range(s.num_spec + 1)]
     keep += [first[i] + j for i in range(len(seqs)) for j in range(seqs[i].num_prompt_logits)]
     return (meta, torch.tensor([ids], device=device), torch.tensor([pos], device=device),
             torch.tensor(keep, dtype=torch.long, device=device))

@@ -1,10 +1,9 @@
 """Grammar-constrained decoding: compiles a StructuredSpec for the model's tokenizer and, each step, masks the
 logits rows of the sequences that have one to the tokens their grammar allows next.
 
-The library is xgrammar, picked by measured per-token cost on the batched CPU path with SmolLM2's tokenizer
-(vocabulary 49152; `python -P -m floodway.engine.bench.grammar_libs`, figures in the README): filling the
-next-token masks and advancing the states of a batch following a JSON schema cost xgrammar the least of the three
-in every run (15-78 us per token, by the machine's load), llguidance 2-13x that, outlines-core 13-160x.
+The library is xgrammar, picked by per-token cost on the batched CPU path: filling the next-token masks and
+advancing the states of a batch costs it the least of xgrammar, llguidance and outlines-core
+(`python -P -m floodway.engine.bench.grammar_libs`; figures in docs/benchmarks/engine-code-notes.md).
 llguidance builds a new schema's grammar faster (lazily), a once-per-schema cost that the compile cache here
 pays once, while the mask is paid on every token. xgrammar needs no triton at run time (the CPU image drops it).
 It is imported on the first constrained request: an engine that never gets one runs without it (e2e/gpu/check.sh
@@ -89,6 +88,49 @@ class Grammars:
             matchers[i].fill_next_token_bitmask(self._bitmask, i)
         xgr.apply_token_bitmask_inplace(logits, self._bitmask[:len(matchers)].to(logits.device),
                                         vocab_size=self.vocab_size, indices=rows)
+
+
+    def mask_drafts(self, logits: torch.Tensor, matchers: list, drafts: list[list[int]]) -> None:
+        """`mask` for a verify step: sequence s has len(drafts[s]) + 1 rows, row j masked by its matcher's state
+        after drafts[s][:j] (fed, then rolled back). The drafts are a valid_prefix of what the grammar allows."""
+        num_rows = sum(len(d) + 1 for d in drafts)
+        rows, row = [], 0
+        for m, d in zip(matchers, drafts, strict=True):
+            if m is not None:
+                rows += range(row, row + len(d) + 1)
+            row += len(d) + 1
+        if not rows:
+            return
+        xgr = _xgr()
+        if self._bitmask is None or self._bitmask.shape[0] < num_rows:
+            self._bitmask = xgr.allocate_token_bitmask(num_rows, self.vocab_size)
+        row = 0
+        for m, d in zip(matchers, drafts, strict=True):
+            if m is not None:
+                for j, token in enumerate((*d, None)):
+                    m.fill_next_token_bitmask(self._bitmask, row + j)
+                    if token is not None:
+                        m.accept_token(token)
+                if d:
+                    m.rollback(len(d))
+            row += len(d) + 1
+        xgr.apply_token_bitmask_inplace(logits, self._bitmask[:num_rows].to(logits.device),
+                                        vocab_size=self.vocab_size, indices=rows)
+
+
+def valid_prefix(matcher: xgr.GrammarMatcher, tokens: list[int]) -> int:
+    """How many leading tokens the grammar allows in a row (none after the one that completes it); the matcher's
+    state is left as it was."""
+    n = 0
+    for token in tokens:
+        if not matcher.accept_token(token):
+            break
+        n += 1
+        if matcher.is_terminated():
+            break
+    if n:
+        matcher.rollback(n)
+    return n
 
 
 def advance(matcher: xgr.GrammarMatcher, token: int) -> bool:

@@ -5,9 +5,11 @@ import importlib
 
 import typer
 
+# The one place product code imports bench code (tests/unit/test_bench_boundary.py allows it): `floodway bench`.
+from floodway.operator.bench.cli import bench_app
+
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Floodway: self-hosted LLM inference on Kubernetes that keeps its SLOs through spikes.")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print ratios against baselines run side by side.")
 app.add_typer(bench_app, name="bench")
 
 
@@ -25,7 +27,7 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     pass
 
 
-# Each module exposes register(app, bench_app) and adds its commands; keep torch imports inside commands.
+# Each module exposes register(app) and adds its commands; keep torch imports inside commands.
 COMMAND_MODULES = [
     "floodway.operator.ops_cli",
     "floodway.engine.cli",
@@ -36,7 +38,7 @@ COMMAND_MODULES = [
 ]
 
 for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(app, bench_app)
+    importlib.import_module(_name).register(app)
 
 
 def main() -> None:

@@ -8,6 +8,6 @@ _MODULES = ("floodway.operator.crdgen.cli", "floodway.operator.controller.cli", 
             "floodway.operator.render.cli")
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     for name in _MODULES:
-        importlib.import_module(name).register(app, bench_app)
+        importlib.import_module(name).register(app)

@@ -11,6 +11,24 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
+TESTS = Path(__file__).resolve().parent
+# A test's tier is the folder it lives in, and nothing else: `-m unit` (and the others) select exactly one folder,
+# and no file can claim a second tier. pyproject.toml declares the markers.
+TIERS = ("unit", "integration", "cluster", "node", "e2e")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
+        folder = parts[0] if len(parts) > 1 else None
+        if folder not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
+        claimed = {m.name for m in item.iter_markers() if m.name in TIERS} - {folder}
+        if claimed:
+            raise pytest.UsageError(f"{item.nodeid}: marked {sorted(claimed)}; its folder makes it {folder}")
+        item.add_marker(folder)
+
 
 @functools.cache
 def _openai_schema():
@@ -32,6 +50,13 @@ def validate_openai():
 def validate_stream():
     """validate_stream(chunks, component, error_ends=False): each chunk and the whole stream (openai_schema.py)."""
     return _openai_schema().validate_stream
+
+
+@pytest.fixture(scope="session")
+def validate_reply():
+    """validate_reply(url, status, text) or validate_reply(httpx_response): a whole answer, streamed or not, error or
+    not, against the official spec (openai_schema.py); returns the body or the stream's chunks."""
+    return _openai_schema().validate_reply
 
 
 @pytest.fixture(scope="session")

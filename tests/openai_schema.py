@@ -2,13 +2,15 @@
 
 validate_openai(obj, component) checks one body against a component schema (e.g. "CreateChatCompletionResponse",
 "ErrorResponse", "ListModelsResponse", "Model"); validate_stream(chunks, component) checks each parsed SSE chunk
-(without `[DONE]`) and what the spec says about a stream as a whole. Tests get both as fixtures of the same names
+(without `[DONE]`) and what the spec says about a stream as a whole; validate_reply(url, status, text) checks one
+answer of an endpoint as a client read it, streamed or not, error or not. Tests get them as fixtures of the same names
 (tests/conftest.py), since pytest's importlib mode puts no test folder on sys.path.
 """
 
 import functools
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import jsonschema
 
@@ -17,6 +19,10 @@ SCHEMAS = Path(__file__).with_name("data") / "openai-openapi" / "schemas.json"
 # finish_reason null until the last chunk of each choice, and a usage chunk with no choices.
 COMPLETION_STREAM = "CreateCompletionStreamResponse"
 FINISH_REASONS = {"stop", "length", "tool_calls", "content_filter", "function_call"}
+# endpoint -> (its response's component, its stream chunks' component)
+ENDPOINTS = {"/v1/completions": ("CreateCompletionResponse", "CreateCompletionResponse"),
+             "/v1/chat/completions": ("CreateChatCompletionResponse", "CreateChatCompletionStreamResponse"),
+             "/v1/models": ("ListModelsResponse", None)}
 
 
 @functools.cache
@@ -86,3 +92,28 @@ def validate_stream(chunks: list[dict], component: str, *, error_ends: bool = Fa
                 finished.add(index)
     if not error_ends:
         assert finished == seen, f"choices {sorted(seen - finished)} never finished"
+
+
+def validate_reply(url, status: int | None = None, text: str | None = None) -> dict | list[dict]:
+    """One answer as a client read it (`url`, its status and its text, or an httpx.Response): an error status carries
+    an ErrorResponse; a 200 is the endpoint's response or, streamed, chunks that validate_stream accepts ending with
+    `[DONE]`, or ending with an error event (a stream cut after bytes reached the client; `[DONE]` may follow).
+    Returns the body, or the chunks."""
+    if not isinstance(url, str):  # an httpx.Response
+        url, status, text = str(url.request.url), url.status_code, url.text
+    if status != 200:
+        body = json.loads(text)
+        validate_openai(body, "ErrorResponse")
+        return body
+    whole, chunk = ENDPOINTS[urlsplit(url).path]
+    if not text.startswith("data:"):
+        body = json.loads(text)
+        validate_openai(body, whole)
+        return body
+    events = [line[len("data:"):].strip() for line in text.splitlines() if line.startswith("data:")]
+    done = events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1 if done else None]]
+    cut = bool(chunks) and "error" in chunks[-1]
+    assert done or cut, f"the stream ended with neither [DONE] nor an error event: {text[-500:]}"
+    validate_stream(chunks, chunk, error_ends=cut)
+    return chunks

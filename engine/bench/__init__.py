@@ -1,1 +1,3 @@
-"""`floodway bench engine`: our engine side by side with transformers baselines on the same workload."""
+"""The engine's benchmarks, GPU checks and load generators (`floodway bench engine|serve`, `python -P -m
+floodway.engine.bench.<module>`). They import the product and the product never imports them, so that what
+ships and runs in a pod carries no measurement code (tests/unit/test_bench_boundary.py holds the line)."""

@@ -31,6 +31,7 @@ class LoadResult:
     tokens: int = 0
     seconds: float = 0.0
     ttfts: list[float] = field(default_factory=list)  # seconds from sending to the first content token
+    itls: list[float] = field(default_factory=list)  # seconds between a request's consecutive content chunks
     short: int = 0  # requests that returned fewer tokens than asked
     cpu_seconds: float | None = None  # the server process's, when its pid is known
     # Its busiest thread's (the engine's step loop) and the sum of all its others' (HTTP, streaming), on Linux.
@@ -51,6 +52,10 @@ class LoadResult:
         """The q-quantile of TTFT in ms (pure)."""
         return 1000 * quantile(self.ttfts, q)
 
+    def itl_ms(self, q: float) -> float:
+        """The q-quantile of inter-token latency in ms (pure)."""
+        return 1000 * quantile(self.itls, q)
+
 
 def parse_sse(line: bytes) -> dict | None:
     """The JSON of one `data:` line of a stream; None for other lines and the final `[DONE]` (pure)."""
@@ -67,10 +72,11 @@ def chunk_tokens(chunk: dict) -> tuple[bool, int | None]:
     return text, usage.get("completion_tokens")
 
 
-async def _request(session, url: str, model: str, i: int, max_tokens: int) -> tuple[float, int]:
+async def _request(session, url: str, model: str, i: int, max_tokens: int) -> tuple[float, int, list[float]]:
+    """(TTFT, tokens, the gaps between content chunks) of one streamed request."""
     body = {"model": model, "messages": chat_messages(i), "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
-    sent, first, chunks, usage = time.perf_counter(), None, 0, None
+    sent, first, chunks, usage, arrivals = time.perf_counter(), None, 0, None, []
     async with session.post(url + "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.content:
@@ -79,10 +85,12 @@ async def _request(session, url: str, model: str, i: int, max_tokens: int) -> tu
                 continue
             text, n = chunk_tokens(chunk)
             if text:
-                first = first or time.perf_counter()
+                arrivals.append(time.perf_counter())
+                first = first or arrivals[-1]
                 chunks += 1
             usage = n if n is not None else usage
-    return (first or time.perf_counter()) - sent, usage if usage is not None else chunks
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    return (first or time.perf_counter()) - sent, usage if usage is not None else chunks, gaps
 
 
 async def closed_loop(url: str, model: str, concurrency: int, num_requests: int, max_tokens: int,
@@ -93,8 +101,9 @@ async def closed_loop(url: str, model: str, concurrency: int, num_requests: int,
 
     async def client(session):
         for i in queue:  # one shared iterator: each request id is taken once
-            ttft, tokens = await _request(session, url, model, i, max_tokens)
+            ttft, tokens, gaps = await _request(session, url, model, i, max_tokens)
             result.ttfts.append(ttft)
+            result.itls.extend(gaps)
             result.tokens += tokens
             result.short += tokens < max_tokens
 

@@ -1,9 +1,9 @@
 """llama.cpp's llama-server as a baseline of the served chat benchmark: its binary (e2e/llamacpp/build.sh builds and
 caches it), the GGUF files it serves, and its command line as the operator renders it for `runtime: llamacpp`.
 
-SmolLM2's package ships a Q4_1 GGUF; our engine serves the same weights dequantized. `bf16_gguf` rewrites that file
-with every quantized tensor dequantized and stored as BF16 (norms stay F32, as llama.cpp's converter keeps them) and
-all metadata copied (tokenizer, chat template), so both servers compute with the same bf16 weights.
+SmolLM2's package ships a Q4_1 GGUF. `rewrite_gguf` rewrites that file with every matrix dequantized and stored
+as BF16, Q8_0 or Q4_0 by the `gguf` package's own quantizer (norms stay F32, as llama.cpp's converter keeps them)
+and all metadata copied (tokenizer, chat template), so both servers compute with the same weights.
 """
 
 import os
@@ -23,8 +23,19 @@ def server_binary(path: str | None) -> str:
     return out.stdout.strip().splitlines()[-1].removeprefix("LLAMA_SERVER=")
 
 
+# llama-quantize keeps the token table and the output head above 4 bits in its 4-bit files (Q6_K); Q8_0 stands in.
+HEAD_TENSORS = ("token_embd.weight", "output.weight")
+FOUR_BIT = ("Q4_0", "Q4_1")
+
+
 def bf16_gguf(src: pathlib.Path, dst: pathlib.Path) -> None:
     """Writes src's model to dst with quantized tensors as BF16."""
+    rewrite_gguf(src, dst, "BF16")
+
+
+def rewrite_gguf(src: pathlib.Path, dst: pathlib.Path, kind: str) -> None:
+    """Writes src's model to dst with every matrix as `kind` (BF16, Q8_0, Q4_0, ...), the head as HEAD_TENSORS
+    says."""
     import gguf
 
     reader = gguf.GGUFReader(src)
@@ -34,35 +45,38 @@ def bf16_gguf(src: pathlib.Path, dst: pathlib.Path) -> None:
     for f in reader.fields.values():
         if f.name in skip or f.name.startswith("GGUF."):  # written by GGUFWriter itself
             continue
-        kind = f.types[0]
-        writer.add_key_value(f.name, f.contents(), kind, sub_type=f.types[-1] if kind == gguf.GGUFValueType.ARRAY
-                             else None)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+        value_type = f.types[0]
+        writer.add_key_value(f.name, f.contents(), value_type,
+                             sub_type=f.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None)
+    writer.add_file_type(gguf.LlamaFileType[f"MOSTLY_{kind}"])
+    matrix, head = gguf.GGMLQuantizationType[kind], gguf.GGMLQuantizationType.Q8_0
     float_types = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)
     for t in reader.tensors:
         values = gguf.quants.dequantize(t.data, t.tensor_type)
-        kind = gguf.GGMLQuantizationType.F32 if t.tensor_type in float_types and values.ndim == 1 \
-            else gguf.GGMLQuantizationType.BF16
-        writer.add_tensor(t.name, gguf.quants.quantize(values, kind), raw_dtype=kind)
+        stored = gguf.GGMLQuantizationType.F32 if t.tensor_type in float_types and values.ndim == 1 \
+            else head if t.name in HEAD_TENSORS and kind in FOUR_BIT else matrix
+        writer.add_tensor(t.name, gguf.quants.quantize(values, stored), raw_dtype=stored)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
 
 
-def smollm2_ggufs() -> dict[str, str]:
-    """{"bf16": path, "q4_1": path}: SmolLM2's packaged GGUF and its BF16 rewrite (made once, cached)."""
+def smollm2_gguf(kind: str) -> str:
+    """SmolLM2's packaged GGUF (Q4_1) or its rewrite with matrices as `kind` (made once, cached)."""
     from floodway.engine.models.builtin import cache_root
     from floodway.engine.models.smollm2 import gguf_path
 
     src, version = gguf_path()
-    dst = cache_root() / "models" / f"smollm2-135m-instruct-{version}-bf16.gguf"
+    if kind == "Q4_1":
+        return str(src)
+    dst = cache_root() / "models" / f"smollm2-135m-instruct-{version}-{kind.lower()}.gguf"
     if not dst.exists():
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.with_name(f".{dst.name}.{os.getpid()}")
-        bf16_gguf(src, tmp)
+        rewrite_gguf(src, tmp, kind)
         tmp.rename(dst)  # atomic: a reader never sees a half-written file
-    return {"bf16": str(dst), "q4_1": str(src)}
+    return str(dst)
 
 
 def server_argv(binary: str, gguf: str, name: str, port: int, slots: int, max_model_len: int, threads: int,

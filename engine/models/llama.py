@@ -1,13 +1,13 @@
-"""Our decoder for the Llama family (Llama, Mistral, Qwen2): a SmolLM2 decode step makes 41 top-level aten calls per
-layer where transformers' modules make 75 (168 and 240 counting nested ones), and 121 linear calls instead of 211.
+"""Our decoder for the Llama family (Llama, Mistral, Qwen2): a decode step makes fewer kernel and linear calls per
+layer than transformers' modules do, so it pays less per-call overhead.
 
 Built from transformers' loaded model, taking over its weights: q/k/v merged into one linear and gate/up into one
 (fewer, larger matmuls), the rest shared as they are (a tied head keeps the embedding's tensor). Per layer: the
 fused RMSNorm op, RoPE from a cos/sin table computed once for max_model_len by the model's own rotary module (so
 any static rope scaling, llama3 or yarn included, stays transformers'), our paged attention
 (`attention.attend`, the code the transformers path calls too), SiLU times up, residual adds in place.
-`F.rms_norm` is no single kernel on CPU in torch 2.15 (34 aten calls), but neither a layer_norm over [x, -x] (2
-kernels, ~1e-6 relative error in fp32) nor transformers' formula made a SmolLM2 bf16 step faster beyond noise.
+`F.rms_norm` stays though it is several kernels on CPU: the alternatives tried were no faster
+(docs/benchmarks/engine-code-notes.md).
 Called as the transformers model is (`model(input_ids=, position_ids=, logits_to_keep=, floodway_meta=)`, `.logits`),
 so the runner and the CUDA graphs drive either.
 """

@@ -9,11 +9,12 @@ import threading
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from floodway.engine.server import constraints, errors, serving, tools
+from floodway.engine.server import constraints, errors, lora_api, serving, tools
 from floodway.engine.server.batch import MergedOutputs
 from floodway.engine.server.body_limit import BodyLimit
 from floodway.engine.server.errors import APIError
 from floodway.engine.server.frontend import Rejected
+from floodway.engine.server.max_tokens import DEFAULT_MAX_TOKENS
 from floodway.engine.server.protocol import ChatCompletionRequest, CompletionRequest
 from floodway.engine.server.responses import (
     ChatCompletionResponse,
@@ -98,12 +99,12 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
     app.state.server = state
     errors.install(app)
 
-    def submit(rid: str, prompt_ids: list[int], params):
+    def submit(rid: str, prompt_ids: list[int], params, lora: str | None = None):
         # Checked again at admission, with no await before it: a drain that began while the prompt was being
         # encoded saw nothing in flight and lets the server stop, which would cut this request's stream short.
         state.require_serving()
         try:
-            return state.frontend.submit(rid, prompt_ids, params)
+            return state.frontend.submit(rid, prompt_ids, params, lora)
         except Rejected as r:
             state.metrics.reject()
             a = r.admission
@@ -111,12 +112,12 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
                            type="rate_limit_error", code="rate_limit_exceeded",
                            headers={"Retry-After": str(a.retry_after_s)}) from None
 
-    def submit_all(rid: str, prompts_ids: list[list[int]], params):
+    def submit_all(rid: str, prompts_ids: list[list[int]], params, lora: str | None = None):
         """One engine request per prompt (ids from engine_ids), merged into one output stream; all or none."""
         streams = []
         try:
             for engine_rid, ids in zip(engine_ids(rid, len(prompts_ids)), prompts_ids, strict=True):
-                streams.append(submit(engine_rid, ids, params))
+                streams.append(submit(engine_rid, ids, params, lora))
         except APIError:
             for stream in streams:
                 stream.close()
@@ -124,27 +125,28 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         return streams[0] if len(streams) == 1 else MergedOutputs(streams, params.best_of or params.n)
 
     async def respond(body, request: Request, rid: str, prompts_ids: list[list[int]], params, what: str,
-                      stream_fn, response_fn):
-        """The tail both generation routes share: admit, then stream or collect."""
+                      stream_fn, response_fn, lora: str | None = None):
+        """The tail both generation routes share: admit, then stream or collect (lora: the adapter named)."""
+        model = lora or state.served_model
         if params.structured is not None:  # compiled off the event loop (a large schema takes a while), then cached
             await asyncio.to_thread(constraints.check_compiles, state.engine.grammars, body, params.structured)
         for prompt_ids in prompts_ids:
             serving.check_request(state.engine, prompt_ids, params, what)
-        outputs = submit_all(rid, prompts_ids, params)
+        outputs = submit_all(rid, prompts_ids, params, lora)
         created, logprobs = now_s(), params.logprobs is not None
         if body.stream:
             usage = bool(body.stream_options and body.stream_options.include_usage)
-            stream = stream_fn(outputs, rid, state.served_model, created, state.tokenizer, logprobs, usage)
+            stream = stream_fn(outputs, rid, model, created, state.tokenizer, logprobs, usage)
             return _ClosingStream(stream, outputs, media_type="text/event-stream", headers=SSE_HEADERS)
         c = await _collect_unless_disconnected(request, outputs, params.n * len(prompts_ids))
-        return response_fn(rid, state.served_model, created, c, state.tokenizer, logprobs)
+        return response_fn(rid, model, created, c, state.tokenizer, logprobs)
 
     @app.post("/v1/completions", response_model=CompletionResponse, responses=ERRORS)
     async def completions(body: CompletionRequest, request: Request):
         state.require_serving()
-        serving.check_model(body.model, state.served_model)
+        lora = lora_api.adapter_for(state, body.model)
         prompts_ids = await state.encoder.completion_ids(body)
-        max_tokens = 16 if body.max_tokens is None else body.max_tokens
+        max_tokens = DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
         params = serving.sampling_params(body, max_tokens, body.logprobs, body.logprobs if body.echo else None)
         rid = new_id("cmpl")
         echo = None  # with echo: each engine request's prompt text
@@ -154,19 +156,19 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
             echo = dict(zip(engine_ids(rid, len(texts)), texts, strict=True))
         return await respond(body, request, rid, prompts_ids, params, "prompt",
                              functools.partial(serving.completion_stream, echo=echo),
-                             functools.partial(serving.completion_response, echo=echo))
+                             functools.partial(serving.completion_response, echo=echo), lora)
 
     @app.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERRORS)
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         state.require_serving()
-        serving.check_model(body.model, state.served_model)
+        lora = lora_api.adapter_for(state, body.model)
         prompt_ids = await state.encoder.chat_ids(body)
         max_tokens = serving.chat_max_tokens(body, len(prompt_ids), state.engine.max_model_len)
         params = serving.sampling_params(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None)
         mode = tools.mode_of(body)
         return await respond(body, request, new_id("chatcmpl"), [prompt_ids], params, "messages",
                              functools.partial(serving.chat_stream, tool_mode=mode),
-                             functools.partial(serving.chat_response, tool_mode=mode))
+                             functools.partial(serving.chat_response, tool_mode=mode), lora)
 
     def model_card() -> ModelCard:
         max_len = state.engine.max_model_len if state.engine else None
@@ -174,13 +176,13 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
 
     @app.get("/v1/models", response_model=ModelList)
     async def models():
-        return ModelList(data=[model_card()])
+        return ModelList(data=[model_card(), *lora_api.cards(state)])
 
     # `:path`: served names such as floodway/tiny-llama contain slashes.
     @app.get("/v1/models/{model:path}", response_model=ModelCard, responses={404: {"model": ErrorResponse}})
     async def retrieve_model(model: str):
-        serving.check_model(model, state.served_model)
-        return model_card()
+        lora = lora_api.adapter_for(state, model)
+        return model_card() if lora is None else lora_api.card(state, lora)
 
     @app.get("/health")
     async def health():
@@ -210,7 +212,9 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         q = state.frontend.queue_state()
         return {"stats": dataclasses.asdict(state.loop.stats), "steps": state.loop.steps,
                 "inflight": state.frontend.inflight, "waiting_requests": q.waiting_requests,
-                "waiting_tokens": q.waiting_tokens, "draining": state.draining}
+                "waiting_tokens": q.waiting_tokens, "draining": state.draining,
+                "weights": state.engine.runner.weights.method, "linear_kernels": state.engine.runner.linear_kernels}
 
+    lora_api.register(app, state)
     app.add_middleware(BodyLimit, max_bytes=options.max_body_bytes)
     return app

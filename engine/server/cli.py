@@ -1,4 +1,4 @@
-"""`floodway engine` (the OpenAI-compatible server) and `floodway bench serve` (guidellm against a server).
+"""`floodway engine`: the OpenAI-compatible server.
 
 Flags are named as vLLM names them where the meaning is the same. Heavy imports stay inside commands.
 """
@@ -19,9 +19,15 @@ def _config_options() -> list[inspect.Parameter]:
     for f in dataclasses.fields(EngineConfig):
         flag = "--" + f.name.replace("_", "-")
         decls = [f"{flag}/--no-{flag[2:]}"] if f.type is bool else [flag]
-        option = typer.Option(f.default, *decls, help=f.metadata["help"], show_default=f.default is not None)
+        # A repeatable flag not given reads as the field's default (click would give an empty tuple).
+        option = typer.Option(f.default, *decls, help=f.metadata["help"], show_default=f.default is not None,
+                              callback=_empty_as_none if "list" in str(f.type) else None)
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=f.type))
     return params
+
+
+def _empty_as_none(value: list[str] | None) -> list[str] | None:
+    return value or None
 
 
 def with_engine_config(command):
@@ -40,7 +46,7 @@ def with_engine_config(command):
     return wrapper
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     @app.command()
     @with_engine_config
     def engine(
@@ -70,7 +76,3 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         serve(create_app(config, options), host, port, log_level.lower())
-
-    from floodway.engine.server.bench_cli import register_bench
-
-    register_bench(bench_app)

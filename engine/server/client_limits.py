@@ -3,8 +3,8 @@ and headers) of at most 64 KB, complete within 30 s of connecting or of its firs
 for 30 s. The body's size limit is body_limit.py's.
 
 uvicorn's httptools protocol has none of these: it buffers a head without limit (one client sending a header that
-never ended grew a gateway by 320 MB in 90 s, and its CPU, as the buffers are copied as they grow, on the way to
-the pod's OOM kill), and holds a connection that sends nothing, or trickles a head or a body, forever (slowloris):
+never ends grows the process, and its CPU as the buffers are copied as they grow, until the pod's OOM kill), and
+holds a connection that sends nothing, or trickles a head or a body, forever (slowloris):
 each a file descriptor and, with a body, a request task."""
 
 from floodway.engine.server.body_limit import error_json

@@ -27,6 +27,7 @@ class _Add:
     params: object
     arrival_time: float
     deliver: Deliver
+    lora: str | None = None
 
 
 @dataclass
@@ -53,8 +54,8 @@ class EngineLoop:
         self._thread.start()
 
     def add(self, request_id: str, prompt_token_ids: list[int], params, deliver: Deliver,
-            arrival_time: float | None = None) -> None:
-        self._commands.put(_Add(request_id, prompt_token_ids, params, arrival_time or time.time(), deliver))
+            arrival_time: float | None = None, lora: str | None = None) -> None:
+        self._commands.put(_Add(request_id, prompt_token_ids, params, arrival_time or time.time(), deliver, lora))
 
     def abort(self, request_id: str) -> None:
         self._commands.put(_Abort(request_id))
@@ -93,7 +94,7 @@ class EngineLoop:
         if isinstance(cmd, _Add):
             try:
                 self._engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params,
-                                         arrival_time=cmd.arrival_time)
+                                         arrival_time=cmd.arrival_time, lora=cmd.lora)
             except Exception as e:  # noqa: BLE001 - reported to this request only
                 _safe(cmd.deliver, e)
                 return

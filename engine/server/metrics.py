@@ -46,12 +46,27 @@ class _StatsCollector:
             ("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries_total),
             ("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits_total),
         ]
+        if s.spec_accepted_per_pos:  # speculative decoding is on
+            counters += [
+                ("vllm:spec_decode_num_drafts", "Verifies of at least one draft token.", s.spec_num_drafts),
+                ("vllm:spec_decode_num_draft_tokens", "Draft tokens verified.", s.spec_num_draft_tokens),
+                ("vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted.", s.spec_num_accepted_tokens),
+            ]
         for family, rows in ((GaugeMetricFamily, gauges), (CounterMetricFamily, counters)):
             for name, doc, value in rows:
                 metric = family(name, doc, labels=["model_name"])
                 metric.add_metric([self._model], value)
                 yield metric
+        if s.spec_accepted_per_pos:
+            metric = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                         "Draft tokens accepted, by position within a verify (0: the first draft).",
+                                         labels=["model_name", "position"])
+            for pos, value in enumerate(s.spec_accepted_per_pos):
+                metric.add_metric([self._model, str(pos)], value)
+            yield metric
         yield _cache_config_info(s, self._model)
+        if s.max_lora:
+            yield _lora_requests_info(s)
 
 
 def _cache_config_info(s, model: str) -> GaugeMetricFamily:
@@ -62,6 +77,16 @@ def _cache_config_info(s, model: str) -> GaugeMetricFamily:
     metric = GaugeMetricFamily("vllm:cache_config_info", "Engine capacity (KV blocks, batch limits) as labels.",
                                labels=list(labels))
     metric.add_metric([str(v) for v in labels.values()], 1.0)
+    return metric
+
+
+def _lora_requests_info(s) -> GaugeMetricFamily:
+    """As vLLM's: the adapters of running and of waiting requests (comma-joined) and the slots as labels, the value
+    the time of the snapshot, so the newest series is the current one."""
+    labels = {"running_lora_adapters": ",".join(s.running_lora_adapters),
+              "waiting_lora_adapters": ",".join(s.waiting_lora_adapters), "max_lora": str(s.max_lora)}
+    metric = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on LoRA requests.", labels=list(labels))
+    metric.add_metric(list(labels.values()), time.time())
     return metric
 
 

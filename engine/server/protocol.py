@@ -10,6 +10,7 @@ that need the model (context length) happen in the server.
 
 from typing import Annotated, Any, Literal
 
+from floodway.engine.server.max_tokens import DEFAULT_MAX_TOKENS
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -141,7 +142,7 @@ class CompletionRequest(_SamplingFields):
         | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)] = Field(
             ..., description="Text or token ids, or a list of either: one choice per prompt (times n), in order.")
     max_tokens: Annotated[StrictInt, Field(ge=0)] | None = Field(
-        16, description="0 only with echo: the prompt (and its logprobs) without a completion.")
+        DEFAULT_MAX_TOKENS, description="0 only with echo: the prompt (and its logprobs) without a completion.")
     logprobs: Annotated[StrictInt, Field(ge=0, le=5)] | None = Field(
         None, description="The sampled token's logprob and the N most likely alternatives (of the model's raw "
         "distribution, before temperature, penalties and bias).")

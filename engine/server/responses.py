@@ -151,6 +151,8 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "floodway"
+    root: str | None = None  # a LoRA adapter's folder
+    parent: str | None = None  # a LoRA adapter's base model
     max_model_len: int | None = None
 
 

@@ -12,6 +12,7 @@ from floodway.engine.outputs import final_choices
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.server import constraints, tools
 from floodway.engine.server.errors import APIError, bad_request, param_of
+from floodway.engine.server.max_tokens import requested_max_tokens
 from floodway.engine.server.protocol import ChatCompletionRequest
 from floodway.engine.server.responses import (
     AssistantMessage,
@@ -89,8 +90,8 @@ def sampling_params(req, max_tokens: int, logprobs: int | None, prompt_logprobs:
 
 
 def chat_max_tokens(req: ChatCompletionRequest, prompt_len: int, max_model_len: int) -> int:
-    """Explicit max_completion_tokens / max_tokens, else whatever context the prompt leaves."""
-    explicit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    """The limit the request names (requested_max_tokens), else whatever context the prompt leaves."""
+    explicit = requested_max_tokens(req.max_completion_tokens, req.max_tokens)
     if explicit is not None:
         return explicit
     if prompt_len >= max_model_len:

@@ -14,7 +14,7 @@ simulator can swap them. Each models the documented behaviour of the original, n
 import math
 from dataclasses import dataclass, replace
 
-from floodway.operator.autoscaler.policy import Decision, ScalerState, remember, scaled, window
+from floodway.operator.autoscaler.policy import ScaleDecision, ScalerState, remember, scaled, window
 from floodway.operator.autoscaler.signals import Signals
 
 
@@ -25,14 +25,14 @@ def _bounded(n: int, lo: int, hi: int) -> int:
 @dataclass(frozen=True)
 class StaticPolicy:
     replicas: int
-    interval_s: float = 60.0
+    interval_seconds: float = 60.0
 
     def __post_init__(self):
         if self.replicas < 0:
             raise ValueError(f"static replicas must be >= 0, got {self.replicas}")
 
 
-def decide_static(state: ScalerState, signals: Signals, policy: StaticPolicy, now: float) -> Decision:
+def decide_static(state: ScalerState, signals: Signals, policy: StaticPolicy, now: float) -> ScaleDecision:
     return scaled(state, now, policy.replicas, f"static {policy.replicas} replicas")
 
 
@@ -42,7 +42,7 @@ class HpaPolicy:
     max_replicas: int = 8
     target_utilization: float = 0.8
     tolerance: float = 0.1
-    interval_s: float = 15.0
+    interval_seconds: float = 15.0
     stabilization_s: float = 300.0
 
 
@@ -53,7 +53,7 @@ def _observed(state: ScalerState, history, now: float) -> ScalerState:
 
 
 def _hpa_step(state: ScalerState, ratio: float, tolerance: float, proposal: int, lo: int, hi: int,
-              stabilization_s: float, now: float, reason: str) -> Decision:
+              stabilization_s: float, now: float, reason: str) -> ScaleDecision:
     """HPA's algorithm once the metric is known: keep the count while the usage ratio is within tolerance,
     else take the proposal; scale-up rate limit, scale-down to the highest recent recommendation (and none
     before a whole window of recommendations exists)."""
@@ -70,7 +70,7 @@ def _hpa_step(state: ScalerState, ratio: float, tolerance: float, proposal: int,
     return scaled(st, now, _bounded(new, lo, hi), reason)
 
 
-def decide_hpa(state: ScalerState, signals: Signals, policy: HpaPolicy, now: float) -> Decision:
+def decide_hpa(state: ScalerState, signals: Signals, policy: HpaPolicy, now: float) -> ScaleDecision:
     cur = state.replicas
     if not signals.utilization:
         return scaled(state, now, _bounded(max(cur, 1), policy.min_replicas, policy.max_replicas),
@@ -87,11 +87,11 @@ class KedaPolicy:
     min_replicas: int = 1
     max_replicas: int = 8
     threshold: float = 5.0
-    interval_s: float = 15.0
+    interval_seconds: float = 15.0
     cooldown_s: float = 360.0
 
 
-def decide_keda(state: ScalerState, signals: Signals, policy: KedaPolicy, now: float) -> Decision:
+def decide_keda(state: ScalerState, signals: Signals, policy: KedaPolicy, now: float) -> ScaleDecision:
     waiting = signals.total_waiting
     ratio = waiting / (policy.threshold * max(state.replicas, 1))
     return _hpa_step(state, ratio, 0.1, math.ceil(waiting / policy.threshold), policy.min_replicas,
@@ -108,10 +108,10 @@ class KpaPolicy:
     panic_window_s: float = 6.0
     panic_threshold: float = 2.0
     max_scale_down_rate: float = 2.0
-    interval_s: float = 2.0
+    interval_seconds: float = 2.0
 
 
-def decide_kpa(state: ScalerState, signals: Signals, policy: KpaPolicy, now: float) -> Decision:
+def decide_kpa(state: ScalerState, signals: Signals, policy: KpaPolicy, now: float) -> ScaleDecision:
     p, cur = policy, state.replicas
     conc = signals.total_running + signals.total_waiting + signals.held
     history = remember(state.history, now, conc, p.stable_window_s)

@@ -10,37 +10,40 @@ share. Prompt tokens are then judged by what the gateway predicted for them: it 
 pool that would have kept its predicted TTFT within the overflow threshold (`floodway_gateway_replicas_needed`,
 overflow.replicas_needed), and a replica is removed only while one fewer would have overflowed at most the allowed
 share of the last `token_stabilization_s`'s requests (`overflow_if`). That is the hold's question asked in the
-overflow rule's own terms: a busiest tick of prompt tokens at half a replica's prefill rate held four replicas on
-azure-4x, where three overflow 2.6% (1.33x -> 1.07x the bound), and long bursts after quiet minutes (spiky) keep
-what they needed. With a budget, prompt tokens add no replica on their own either: the gateway overflows what a
-burst's prefill cannot meet, which the sizing counts beyond the allowed share (the token peak added replicas on
-spiky seeds 2 and 3 that the hold then kept: 1.27 -> 1.11 and 1.54 -> 1.34 replica-hours). Once the budget is spent
-(none allowed) scale-down decides as without one, so bursts that spent it make it hold capacity.
+overflow rule's own terms, so bursts after quiet minutes keep what they needed. With a budget, prompt tokens add no
+replica on their own either: the gateway overflows what a burst's prefill cannot meet, which the sizing counts
+beyond the allowed share. Once the budget is spent (none allowed) scale-down decides as without one, so bursts that
+spent it make it hold capacity.
 """
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from floodway.operator.autoscaler.signals import Signals, share_within
 
-if TYPE_CHECKING:
-    from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState
+
+@dataclass(frozen=True)
+class OverflowSpend:
+    """Decayed counts of requests arrived and overflowed, and when they were last updated."""
+
+    arrived: float = 0.0
+    overflowed: float = 0.0
+    last_tick: float | None = None
 
 
-def spend(state: "ScalerState", signals: Signals, p: "AutoscalerPolicy", now: float) -> "ScalerState":
-    """Decayed counts of requests arrived and overflowed since the last tick (rates x elapsed time)."""
+def spend(state: OverflowSpend, signals: Signals, window_s: float, now: float) -> OverflowSpend:
+    """The counts after the requests arrived and overflowed since the last tick (rates x elapsed time)."""
     dt = 0.0 if state.last_tick is None else max(0.0, now - state.last_tick)
-    k = math.exp(-dt / p.overflow_budget_window_s)
-    return replace(state, arrived=state.arrived * k + signals.arrival_rate * dt,
-                   overflowed=state.overflowed * k + signals.overflow_rate * dt, last_tick=now)
+    k = math.exp(-dt / window_s)
+    return OverflowSpend(state.arrived * k + signals.arrival_rate * dt,
+                         state.overflowed * k + signals.overflow_rate * dt, now)
 
 
-def allowed_share(state: "ScalerState", p: "AutoscalerPolicy") -> float:
+def allowed_share(state: OverflowSpend, overflow_share: float) -> float:
     """Overflow share the policy tolerates now: up to 2x the target while underspent, less once overspent."""
     spent = state.overflowed / state.arrived if state.arrived > 0 else 0.0
-    return min(2 * p.overflow_share, max(0.0, 2 * p.overflow_share - spent))
+    return min(2 * overflow_share, max(0.0, 2 * overflow_share - spent))
 
 
 def service_attainment(signals: Signals, allow: float) -> float | None:

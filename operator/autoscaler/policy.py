@@ -2,114 +2,101 @@
 
 Demand is the concurrency the service must hold: requests running and waiting on the engines, held in the
 gateway, and the concurrency sent to the overflow API (overflow rate x observed service time, Little's law),
-so overflow is paid back by local replicas instead of hiding the shortage. With `prefill_tokens_per_s` (a
-replica's prefill rate, from the engine profile) demand is also counted in tokens: the prompt tokens/s
-arriving, over `prefill_target` of a replica's rate, in the same units (one replica's worth is
-`per_replica`), and the larger of the two counts. A stream of 2k-token prompts with 13-token answers
-barely moves the requests in flight but fills the replicas' prefill. The prompt tokens may wait for prefill
-as long as the TTFT SLO (`ttft_slo_s`, from the spec) allows: the rate counted is the one that clears every
-recent span's tokens within the span plus that slack, so a 5 s SLO sizes a burst as spread over 5 s more while a
-0.5 s one sizes for the busiest tick (`prefill_rate_needed`). Replicas are sized so that each
-holds at most `per_replica` requests in flight: `target_concurrency`, or `decode_sequences` (the sequences
-the profile's decode steps fit within the TPOT SLO) where that is fewer; and KV usage at most `kv_target`:
-- scale up on the demand averaged over `scale_up_window_s`, once requests in flight exceed the pool's target by
-  more than `scale_up_tolerance` (prompt tokens, without an overflow budget: at once, on their peak over that window,
-  since prefill must keep up with bursts, not with their average, for TTFT; KV usage: on its average too, as
-  long prompts fill the cache for the seconds they prefill and decode, far less than a cold start: on Mooncake
-  seed 2 single ticks over `kv_target` added a fourth replica four times, 1.157x the bound, averaged 1.08x),
-  at most `max_step_up` replicas per decision;
-- SLO feedback: attainment below target while requests queue or overflow adds a replica (when none is
-  still starting, so a cold start is not answered by piling up more), which no scale-down removes for
-  `scale_down_stabilization_s` (demand alone cannot see a shortage that only the SLO showed: on spiky seed 0 the
-  next ticks' demand dropped each such replica before it was ready, 2 <-> 3 five times in eight minutes). "Below"
-  means by more than `slo_noise_z` standard errors of the window's sample: at a 99% target one miss among 100
-  requests is what a pool exactly at target shows, and answering it with a replica cost ~2 points of
-  replica-hours on Mooncake for no attainment a user would see. Two standard errors, not one: on spiky seed 3
-  one miss among the 18 requests of a tick (0.944) added a fifth replica once the first burst was over, which the
-  token hold then kept for 12 minutes (1.95 -> 1.74 replica-hours; two misses among 18 still add one);
-- panic: what the pool must hold (the demand, or with an overflow budget its sizing, below) >= `panic_threshold`
-  x the ready replicas' capacity jumps at once and blocks scale-down for `panic_hold_s`; the first request seen
+so overflow is paid back by local replicas instead of hiding the shortage. With `prefill_tokens_per_second` (a
+replica's prefill rate, from the engine profile) demand is also counted in tokens: the prompt tokens/s arriving,
+over `prefill_target` of a replica's rate, in the same units (one replica's worth is `per_replica`), and the larger
+of the two counts, since long prompts with short answers fill prefill without moving the requests in flight. The
+prompt tokens may wait for prefill as long as the TTFT SLO allows (`prefill_rate_needed`). Replicas are sized so
+that each holds at most `per_replica` requests in flight: `target_concurrency`, or `decode_sequences` (the
+sequences the profile's decode steps fit within the TPOT SLO) where that is fewer; and KV usage at most
+`kv_cache_target`:
+- scale up on the demand averaged over `scale_up_window_seconds`, once requests in flight exceed the pool's target
+  by more than `scale_up_tolerance` (prompt tokens, without an overflow budget: at once, on their peak over that
+  window, since prefill must keep up with bursts for TTFT; KV usage: on its average too, as long prompts fill the
+  cache only for the seconds they prefill and decode, far less than a cold start), at most `max_scale_up_step`
+  replicas per decision;
+- SLO feedback: attainment below target while requests queue or overflow adds a replica (when none is still
+  starting, so a cold start is not answered by piling up more), which no scale-down removes for
+  `scale_down_stabilization_seconds` (demand alone cannot see a shortage that only the SLO showed). "Below" means
+  by more than `slo_noise_z` standard errors of the window's sample: a pool exactly at target shows misses too;
+- panic: what the pool must hold (the demand, or with an overflow budget its sizing) >= `panic_threshold` x the
+  ready replicas' capacity jumps at once and blocks scale-down for `panic_hold_seconds`; the first request seen
   while at zero replicas scales to one at once;
 - scale down only when no panic, attainment is at target, and the peak demand of the last
-  `scale_down_stabilization_s` (prompt tokens: of the last `token_stabilization_s`, as bursts of long
-  prompts come and go faster than a cold start) fits the smaller pool at `scale_down_utilization` of its
-  capacity, and so does the KV usage averaged as for a scale-up (on Mooncake seed 2 a tick's dip dropped a replica
-  that the average added back within a minute, three times in an hour), at most `max_step_down` replicas per
-  decision and `scale_down_interval_s` after the last change (in-flight counts grow as a pool shrinks, since each
-  replica's batch and latency grow: look before the next step), never to a pool the scale-up rule would grow
-  right back (the sizing it averages must fit within its tolerance);
-- bounds; with min_replicas 0, scale to zero after `scale_to_zero_after_s` without any demand (None: never).
+  `scale_down_stabilization_seconds` (prompt tokens: of the last `token_stabilization_s`, as bursts of long prompts
+  come and go faster than a cold start) fits the smaller pool at `scale_down_utilization` of its capacity, and so
+  does the KV usage averaged as for a scale-up (one tick's dip would flap), at most `max_scale_down_step` replicas
+  per decision and `scale_down_interval_seconds` after the last change (in-flight counts grow as a pool shrinks:
+  look before the next step), never to a pool the scale-up rule would grow right back;
+- bounds; with replicas_min 0, scale to zero after `scale_to_zero_after_seconds` without any demand (None: never).
 
-Overflow budget (`overflow_share` > 0, only where the gateway overflows): the share of requests the policy may
-leave to the overflow API, and how it changes sizing, scale-down and the hold of prompt tokens, is in budget.py.
-Defaults come from the simulator runs in the README (`floodway simulate`); how each was chosen, and what was
-tried instead, is in docs/autoscaling-measurements.md.
+The fields named as the spec's (operator/spec/models.py: autoscaling.*, replicas.* and slo.* as replicas_*, slo_*)
+take their values and defaults from it (controller/scaling.autoscaler_policy); the others are the policy's own.
+Overflow budget (`overflow_share` > 0, only where the gateway overflows): budget.py. How the defaults were
+chosen: docs/benchmarks/ (the autoscaling pages and autoscaler-code-notes.md).
 """
 
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from floodway.operator.autoscaler.budget import allowed_share, overflow_if, service_attainment, spend
+from floodway.operator.autoscaler.budget import OverflowSpend, allowed_share, overflow_if, service_attainment, spend
 from floodway.operator.autoscaler.signals import Signals
 
 # A spec without autoscaling.targetConcurrency sizes a replica for this share of its batch (engine.maxNumSeqs): the
-# rest is headroom for the arrivals of a decision interval. Measured on the sweep (mooncake-2x, a saturated pool
-# whose engines run 30-40 sequences each): 36-44 of 64 met every target on all five seeds, 32 held a sixth replica
-# (seed 1: 1.16x the bound), 48 fell two requests under HPA's attainment (seed 0); no other row's figures moved at
-# 40, 48 or 64 (Mooncake's at 32 neither), as prompt tokens size those pools.
+# rest is headroom for the arrivals of a decision interval.
 TARGET_BATCH_SHARE = 0.625
 
 
 @dataclass(frozen=True)
 class AutoscalerPolicy:
-    min_replicas: int = 1
-    max_replicas: int = 8
-    interval_s: float = 5.0
-    target_concurrency: float = 32.0  # requests in flight per replica at which it still meets the SLO (the spec's
-    # default is TARGET_BATCH_SHARE of its engine's batch)
-    kv_target: float = 0.85
-    slo_attainment: float = 0.99
-    scale_up_window_s: float = 60.0
+    # The spec's settings, under its names (no defaults here: the spec's are the defaults).
+    replicas_min: int
+    replicas_max: int
+    slo_attainment: float
+    slo_ttft_ms: float  # how long prompt tokens may wait for prefill
+    interval_seconds: float
+    target_concurrency: float  # requests in flight per replica at which it still meets the SLO
+    kv_cache_target: float
+    scale_up_window_seconds: float
+    max_scale_up_step: int
+    panic_threshold: float
+    panic_hold_seconds: float
+    scale_down_stabilization_seconds: float
+    scale_down_utilization: float
+    max_scale_down_step: int
+    scale_down_interval_seconds: float  # between two changes before a scale-down: see the smaller pool's load
+    scale_to_zero_after_seconds: float | None
+    slo_noise_z: float  # SLO feedback needs attainment this many standard errors below target
+    prefill_tokens_per_second: float  # a replica's prefill rate (0: demand in requests only)
+    decode_sequences: float  # sequences a replica decodes within the TPOT SLO (0: unknown)
+    overflow_share: float  # share of requests it may leave to the overflow API (0: pay all back)
+    # The policy's own settings.
     scale_up_tolerance: float = 0.1  # requests in flight may exceed the target by this share before a replica is added
-    max_step_up: int = 4
-    panic_threshold: float = 2.0
-    panic_hold_s: float = 60.0
-    scale_down_stabilization_s: float = 180.0
-    scale_down_utilization: float = 0.7
-    max_step_down: int = 1
-    scale_down_interval_s: float = 30.0  # between two changes before a scale-down: see the smaller pool's load
-    scale_to_zero_after_s: float | None = None
     assumed_request_s: float = 10.0  # service time assumed for overflowed demand before any is observed
-    overflow_share: float = 0.0  # share of requests it may leave to the overflow API (0: pay all back; the spec's
-    # autoscaling.overflowShare where the service overflows)
     overflow_budget_window_s: float = 1800.0  # horizon of the spent-share estimate
-    slo_noise_z: float = 2.0  # SLO feedback needs attainment this many standard errors below target
-    prefill_tokens_per_s: float = 0.0  # a replica's prefill rate (0: demand in requests only)
-    decode_sequences: float = 0.0  # sequences a replica decodes within the TPOT SLO (0: unknown)
-    prefill_target: float = 0.5  # share of that rate a replica is sized to carry (TTFT headroom for bursts)
+    prefill_target: float = 0.5  # share of the prefill rate a replica is sized to carry (TTFT headroom for bursts)
     token_stabilization_s: float = 900.0  # scale-down waits until this long's peak token demand fits
-    ttft_slo_s: float = 0.5  # the spec's slo.ttftMs: how long prompt tokens may wait for prefill
 
     def __post_init__(self):
         problems = []
-        if self.min_replicas < 0 or self.max_replicas < max(self.min_replicas, 1):
-            problems.append(f"need 0 <= min_replicas <= max_replicas and max_replicas >= 1 "
-                            f"(got {self.min_replicas}, {self.max_replicas})")
-        for name in ("interval_s", "target_concurrency", "kv_target", "panic_threshold", "scale_down_utilization",
-                     "assumed_request_s", "prefill_target", "token_stabilization_s"):
+        if self.replicas_min < 0 or self.replicas_max < max(self.replicas_min, 1):
+            problems.append(f"need 0 <= replicas_min <= replicas_max and replicas_max >= 1 "
+                            f"(got {self.replicas_min}, {self.replicas_max})")
+        for name in ("interval_seconds", "target_concurrency", "kv_cache_target", "panic_threshold",
+                     "scale_down_utilization", "assumed_request_s", "prefill_target", "token_stabilization_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0")
         if self.scale_up_tolerance < 0:
             problems.append("scale_up_tolerance must be >= 0")
-        if self.max_step_up < 1 or self.max_step_down < 1:
-            problems.append("max_step_up and max_step_down must be >= 1")
+        if self.max_scale_up_step < 1 or self.max_scale_down_step < 1:
+            problems.append("max_scale_up_step and max_scale_down_step must be >= 1")
         if not 0 <= self.overflow_share < 1:
             problems.append("overflow_share must be in [0, 1)")
-        if self.prefill_tokens_per_s < 0 or self.decode_sequences < 0:
-            problems.append("prefill_tokens_per_s and decode_sequences must be >= 0")
-        if self.ttft_slo_s < 0:
-            problems.append("ttft_slo_s must be >= 0")
+        if self.prefill_tokens_per_second < 0 or self.decode_sequences < 0:
+            problems.append("prefill_tokens_per_second and decode_sequences must be >= 0")
+        if self.slo_ttft_ms < 0:
+            problems.append("slo_ttft_ms must be >= 0")
         if self.slo_noise_z < 0:
             problems.append("slo_noise_z must be >= 0")
         if self.overflow_budget_window_s <= 0:
@@ -142,13 +129,11 @@ class ScalerState:
     prompts: tuple[tuple[float, tuple[float, float]], ...] = ()  # (time, (window s, prompt tokens arrived in it))
     kv: tuple[tuple[float, float], ...] = ()  # (time, KV usage summed over the ready replicas)
     needed: tuple[tuple[float, Mapping[float, float]], ...] = ()  # (time, Signals.replicas_needed) for scale-down
-    arrived: float = 0.0  # decayed request counts for the overflow share spent
-    overflowed: float = 0.0
-    last_tick: float | None = None
+    spent: OverflowSpend = OverflowSpend()  # the overflow share spent
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScaleDecision:
     replicas: int
     reason: str
     state: ScalerState  # pass to the next decide()
@@ -162,11 +147,11 @@ def window(history, now: float, span_s: float) -> list[float]:
     return [v for t, v in history if t > now - span_s]
 
 
-def scaled(state: ScalerState, now: float, replicas: int, reason: str, **changes) -> Decision:
-    """A Decision that records the scale time when the count changes."""
+def scaled(state: ScalerState, now: float, replicas: int, reason: str, **changes) -> ScaleDecision:
+    """A ScaleDecision that records the scale time when the count changes."""
     moved = replicas != state.replicas
     new = replace(state, replicas=replicas, last_scale_time=now if moved else state.last_scale_time, **changes)
-    return Decision(replicas, reason if moved else f"hold: {reason}", new)
+    return ScaleDecision(replicas, reason if moved else f"hold: {reason}", new)
 
 
 def service_time(signals: Signals, assumed_request_s: float) -> float:
@@ -191,15 +176,14 @@ def prefill_rate_needed(prompts, slack_s: float) -> float:
 def token_demand(prompts, p: "AutoscalerPolicy") -> float:
     """The prefill the prompt tokens arriving need within the TTFT SLO's slack, in replicas' worth of concurrency
     (0 without a prefill rate). The slack counts in whole decision intervals: the policy sees arrivals per tick, and
-    `prefill_target` is the headroom measured for a burst within a tick that the tick's rate hides (a 0.5 s SLO
-    counted as 0.5 s of slack raised spiky seed 3's overflow from 4.5% to 8.7%). Where the SLO lets prompts wait
-    an interval or more, the slack absorbs that burst and a replica is sized for its whole prefill rate (with
-    0.5 there mooncake-2x seed 0 held 1.37x the bound of the day, with the whole rate 1.06x)."""
-    if not p.prefill_tokens_per_s:
+    `prefill_target` is the headroom for a burst within a tick that the tick's rate hides. Where the SLO lets
+    prompts wait an interval or more, the slack absorbs that burst and a replica is sized for its whole prefill
+    rate."""
+    if not p.prefill_tokens_per_second:
         return 0.0
-    slack_s = math.floor(p.ttft_slo_s / p.interval_s) * p.interval_s
+    slack_s = math.floor(p.slo_ttft_ms / 1000.0 / p.interval_seconds) * p.interval_seconds
     share = 1.0 if slack_s else p.prefill_target
-    return prefill_rate_needed(prompts, slack_s) / (p.prefill_tokens_per_s * share) * p.per_replica
+    return prefill_rate_needed(prompts, slack_s) / (p.prefill_tokens_per_second * share) * p.per_replica
 
 
 def demand_of(signals: Signals, p: "AutoscalerPolicy", tokens: float) -> float:
@@ -231,53 +215,53 @@ def short_of_slo(signals: Signals, p: AutoscalerPolicy) -> bool:
     return signals.attainment < p.slo_attainment - p.slo_noise_z * noise
 
 
-def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: float) -> Decision:
+def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: float) -> ScaleDecision:
     p, cur = policy, state.replicas
-    st = spend(state, signals, p, now)
-    allow = allowed_share(st, p)
+    st = replace(state, spent=spend(state.spent, signals, p.overflow_budget_window_s, now))
+    allow = allowed_share(st.spent, p.overflow_share)
     signals = replace(signals, attainment=service_attainment(signals, allow))
     prompts = state.prompts
     if signals.window_s > 0:  # the first tick has no window yet
         prompts = remember(prompts, now, (signals.window_s, signals.prompt_token_rate * signals.window_s),
-                           p.scale_up_window_s)
+                           p.scale_up_window_seconds)
     tokens = token_demand([v for _, v in prompts], p)
     held = demand_of(signals, p, 0.0)  # in requests: prompt tokens have holds of their own (_scale_down)
     demand = max(held, tokens)
     busy = demand > 0 or signals.arrival_rate > 0
     last_busy = now if busy else state.last_busy
-    keep = max(p.scale_down_stabilization_s, p.scale_up_window_s)
+    keep = max(p.scale_down_stabilization_seconds, p.scale_up_window_seconds)
     since = now if state.observed_since is None else state.observed_since
     must_hold = sizing_of(signals, p, allow, tokens)  # what the pool must hold now
     st = replace(st, history=remember(state.history, now, held, keep), last_busy=last_busy, observed_since=since,
-                 prompts=prompts, sizing=remember(state.sizing, now, must_hold, p.scale_up_window_s),
+                 prompts=prompts, sizing=remember(state.sizing, now, must_hold, p.scale_up_window_seconds),
                  tokens=remember(state.tokens, now, tokens,
-                                 max(p.scale_up_window_s, p.token_stabilization_s)),
-                 kv=remember(state.kv, now, sum(signals.kv_usage), p.scale_up_window_s),
+                                 max(p.scale_up_window_seconds, p.token_stabilization_s)),
+                 kv=remember(state.kv, now, sum(signals.kv_usage), p.scale_up_window_seconds),
                  needed=remember(state.needed, now, signals.replicas_needed, p.token_stabilization_s))
     idle_s = math.inf if last_busy is None else now - last_busy
-    floor = max(p.min_replicas, 1)
-    if p.min_replicas == 0 and p.scale_to_zero_after_s is not None and idle_s >= p.scale_to_zero_after_s:
+    floor = max(p.replicas_min, 1)
+    if p.replicas_min == 0 and p.scale_to_zero_after_seconds is not None and idle_s >= p.scale_to_zero_after_seconds:
         floor = 0
 
-    recent = window(st.sizing, now, p.scale_up_window_s)
+    recent = window(st.sizing, now, p.scale_up_window_seconds)
     held_avg = sum(recent) / len(recent)
     # With an overflow budget prompt tokens add no replica on their own: the gateway overflows what a burst's
     # prefill cannot meet, which the sizing counts beyond the allowed share, and the replicas-needed hold keeps what
     # the bursts needed (_scale_down). They still count in the sizing and for panic.
-    token_peak = 0.0 if p.overflow_share > 0 else max(window(st.tokens, now, p.scale_up_window_s))
+    token_peak = 0.0 if p.overflow_share > 0 else max(window(st.tokens, now, p.scale_up_window_seconds))
     avg = max(held_avg, token_peak)
-    kv_recent = window(st.kv, now, p.scale_up_window_s)
+    kv_recent = window(st.kv, now, p.scale_up_window_seconds)
     kv_level = sum(kv_recent) / len(kv_recent)
-    kv_need = math.ceil(kv_level / p.kv_target)
-    # Requests in flight just over the pool's target are noise a replica would not fix (mooncake seed 1 went 3 -> 4
-    # -> 3 twice on 60.4 against 60); prompt tokens are sized with headroom already and a burst cannot wait.
+    kv_need = math.ceil(kv_level / p.kv_cache_target)
+    # Requests in flight just over the pool's target are noise a replica would not fix (it flaps); prompt tokens are
+    # sized with headroom already and a burst cannot wait.
     tolerated = held_avg <= cur * p.per_replica * (1 + p.scale_up_tolerance) and token_peak <= cur * p.per_replica
     want = max(cur if tolerated else math.ceil(avg / p.per_replica), kv_need)
     reason = f"demand {avg:.1f} / target {p.per_replica:g} per replica"
     if allow > 0:
         reason += f" (overflow allowed {allow:.1%} of requests)"
     if kv_need > math.ceil(avg / p.per_replica):
-        reason = f"KV usage {kv_level:.2f} / target {p.kv_target:g} per replica"
+        reason = f"KV usage {kv_level:.2f} / target {p.kv_cache_target:g} per replica"
     # With an overflow budget the gateway absorbs engine queues by overflowing: a shortage is requests held
     # or overflowed beyond the allowed share, not a transient queue on the engines.
     excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate)
@@ -286,26 +270,25 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.per_replica
     if short_of_slo(signals, p) and queued > 0 and signals.starting == 0 and want <= cur:
         want, reason = cur + 1, f"SLO attainment {signals.attainment:.3f} < {p.slo_attainment:g} while queued"
-        st = replace(st, slo_hold_until=now + p.scale_down_stabilization_s)
+        st = replace(st, slo_hold_until=now + p.scale_down_stabilization_seconds)
 
     capacity = signals.ready * p.per_replica
-    # With an overflow budget a spike the gateway overflows within the allowed share is no shortage (mooncake
-    # seed 4 jumped from 3 to 8 replicas on one, and dropped back over the next five minutes).
+    # With an overflow budget a spike the gateway overflows within the allowed share is no shortage.
     if demand > 0 and (signals.ready == 0 or must_hold >= p.panic_threshold * capacity):
         # Spike or scale-from-zero: jump straight to what the pool must hold now.
         need = max(math.ceil(must_hold / p.per_replica), 1, want)
-        st = replace(st, panic_until=now + p.panic_hold_s)
-        new = min(max(need, cur, floor), p.max_replicas)
+        st = replace(st, panic_until=now + p.panic_hold_seconds)
+        new = min(max(need, cur, floor), p.replicas_max)
         return scaled(st, now, new, f"panic: demand {must_hold:.1f} >= {p.panic_threshold:g}x capacity "
                                              f"of {signals.ready} ready replicas")
 
     if want > cur:
-        new = min(want, cur + p.max_step_up, p.max_replicas)
+        new = min(want, cur + p.max_scale_up_step, p.replicas_max)
         return scaled(st, now, max(new, floor), f"scale up: {reason}")
     if cur < floor:
-        return scaled(st, now, min(floor, p.max_replicas), "raise to minimum")
-    if cur > p.max_replicas:
-        return scaled(st, now, p.max_replicas, "lower to maximum")
+        return scaled(st, now, min(floor, p.replicas_max), "raise to minimum")
+    if cur > p.replicas_max:
+        return scaled(st, now, p.replicas_max, "lower to maximum")
     if cur == floor:
         return scaled(st, now, cur, "at minimum")
     return _scale_down(st, signals, p, now, floor, allow, held_avg, kv_level)
@@ -325,7 +308,7 @@ def _fitting(history: list[float], p: AutoscalerPolicy, allow: float) -> tuple[i
 
 
 def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: float, floor: int,
-                allow: float, sizing_avg: float, kv_level: float) -> Decision:
+                allow: float, sizing_avg: float, kv_level: float) -> ScaleDecision:
     """sizing_avg, kv_level: what the scale-up rule averaged over its window (decide)."""
     cur = st.replicas
     if now < st.panic_until:
@@ -334,12 +317,12 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
         return scaled(st, now, cur, "a replica SLO feedback added is held for the stabilization window")
     if signals.attainment is not None and signals.attainment < p.slo_attainment:
         return scaled(st, now, cur, f"SLO attainment {signals.attainment:.3f} below target")
-    if now - st.observed_since < p.scale_down_stabilization_s:
+    if now - st.observed_since < p.scale_down_stabilization_seconds:
         return scaled(st, now, cur, "not yet observed for a stabilization window")
-    if st.last_scale_time is not None and now - st.last_scale_time < p.scale_down_interval_s:
+    if st.last_scale_time is not None and now - st.last_scale_time < p.scale_down_interval_seconds:
         return scaled(st, now, cur, "waiting to observe the last change")
-    fits, what = _fitting(window(st.history, now, p.scale_down_stabilization_s), p, allow)
-    what += f" over {p.scale_down_stabilization_s:g} s"
+    fits, what = _fitting(window(st.history, now, p.scale_down_stabilization_seconds), p, allow)
+    what += f" over {p.scale_down_stabilization_seconds:g} s"
     # Prompt tokens come in bursts shorter than a cold start: keep what the last bursts needed for longer. With an
     # overflow budget, as long as one replica fewer would have overflowed more than the allowed share then; without
     # (or with no prediction from the gateway), as long as the peak token demand does not fit the smaller pool.
@@ -354,14 +337,14 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
         if token_fits > fits:
             fits, what = token_fits, f"prompt tokens up to {token_peak:.1f} over {p.token_stabilization_s:g} s"
     # KV usage averaged as for a scale-up, or one tick's dip flaps.
-    fits = max(fits, math.ceil(kv_level / (p.kv_target * p.scale_down_utilization)))
+    fits = max(fits, math.ceil(kv_level / (p.kv_cache_target * p.scale_down_utilization)))
     # Never to a pool the scale-up rule would grow right back: the sizing it averages must fit within its tolerance.
     back = math.ceil(sizing_avg / (p.per_replica * (1 + p.scale_up_tolerance)))
     if back > fits:
-        fits, what = back, f"sizing {sizing_avg:.1f} over {p.scale_up_window_s:g} s"
-    new = max(fits, cur - p.max_step_down, floor)
+        fits, what = back, f"sizing {sizing_avg:.1f} over {p.scale_up_window_seconds:g} s"
+    new = max(fits, cur - p.max_scale_down_step, floor)
     if new >= cur:
         return scaled(st, now, cur, f"{what} needs {fits} replicas")
     if new == 0:
-        return scaled(st, now, 0, f"idle for {p.scale_to_zero_after_s:g} s: scale to zero")
+        return scaled(st, now, 0, f"idle for {p.scale_to_zero_after_seconds:g} s: scale to zero")
     return scaled(st, now, new, f"scale down: {what} fits {fits} replicas")

@@ -33,7 +33,7 @@ def watch_scope(namespaces: list[str] | None, all_namespaces: bool) -> list[str]
     return namespaces
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     @app.command()
     def operator(
         namespace: list[str] = typer.Option(None, "--namespace", "-n",

@@ -6,7 +6,7 @@ publish the status this returns."""
 import dataclasses
 from dataclasses import dataclass
 
-from floodway.operator.autoscaler.policy import Decision, ScalerState
+from floodway.operator.autoscaler.policy import ScaleDecision, ScalerState
 from floodway.operator.autoscaler.signals import Scrape, Signals
 from floodway.operator.controller.scaling import initial_state, tick
 from floodway.operator.controller.status import Observation, build_status
@@ -28,7 +28,7 @@ def first_state(current_replicas: int | None, spec: InferenceServiceSpec) -> Loo
 
 @dataclass(frozen=True)
 class Step:
-    decision: Decision
+    decision: ScaleDecision
     signals: Signals
     before: int  # the replica count wanted before this tick
     state: LoopState  # for the next tick, once the shell has acted on the decision

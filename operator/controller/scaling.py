@@ -1,28 +1,46 @@
 """One autoscaler tick as a pure function, shared by the operator's timer and `floodway up`: the spec's
 policy, signals from two scrapes, and the autoscaler's decide()."""
 
+import dataclasses
 from dataclasses import dataclass
 
-from floodway.operator.autoscaler.policy import TARGET_BATCH_SHARE, AutoscalerPolicy, Decision, ScalerState, decide
+from floodway.operator.autoscaler.policy import (
+    TARGET_BATCH_SHARE,
+    AutoscalerPolicy,
+    ScaleDecision,
+    ScalerState,
+    decide,
+)
 from floodway.operator.autoscaler.signals import Scrape, Signals, signals_between
 from floodway.operator.spec import InferenceServiceSpec
 
 
-def autoscaler_policy(spec: InferenceServiceSpec) -> AutoscalerPolicy:
-    a = spec.autoscaling
-    return AutoscalerPolicy(
-        min_replicas=spec.replicas.min, max_replicas=spec.replicas.max, interval_s=a.interval_seconds,
-        target_concurrency=a.target_concurrency or TARGET_BATCH_SHARE * spec.engine.max_num_seqs,
-        kv_target=a.kv_cache_target, slo_attainment=spec.slo.attainment,
-        scale_up_window_s=a.scale_up_window_seconds, max_step_up=a.max_scale_up_step,
-        panic_threshold=a.panic_threshold, panic_hold_s=a.panic_hold_seconds,
-        scale_down_stabilization_s=a.scale_down_stabilization_seconds,
-        scale_down_utilization=a.scale_down_utilization, max_step_down=a.max_scale_down_step,
-        scale_down_interval_s=a.scale_down_interval_seconds,
-        scale_to_zero_after_s=a.scale_to_zero_after_seconds, slo_noise_z=a.slo_noise_z,
-        prefill_tokens_per_s=a.prefill_tokens_per_second, decode_sequences=a.decode_sequences,
-        ttft_slo_s=spec.slo.ttft_ms / 1000.0,
-        overflow_share=a.overflow_share if spec.overflow.enabled else 0.0)  # a budget only where overflow exists
+def spec_values(spec: InferenceServiceSpec) -> dict:
+    """The spec's settings the autoscaler reads, under the policy's names: autoscaling.* as they are, replicas.* and
+    slo.* prefixed with their section (replicas_min, slo_ttft_ms)."""
+    return {**{f"replicas_{k}": v for k, v in spec.replicas}, **{f"slo_{k}": v for k, v in spec.slo},
+            **dict(spec.autoscaling)}
+
+
+def autoscaler_policy(spec: InferenceServiceSpec, **changes) -> AutoscalerPolicy:
+    """The policy for this spec (then `changes`): each policy field the spec has takes its value from there, with
+    two rules of the spec's: targetConcurrency unset is TARGET_BATCH_SHARE of engine.maxNumSeqs, and an overflow
+    budget exists only where the service overflows."""
+    names = {f.name for f in dataclasses.fields(AutoscalerPolicy)}
+    values = {k: v for k, v in spec_values(spec).items() if k in names}
+    if values["target_concurrency"] is None:
+        values["target_concurrency"] = TARGET_BATCH_SHARE * spec.engine.max_num_seqs
+    if not spec.overflow.enabled:
+        values["overflow_share"] = 0.0
+    return AutoscalerPolicy(**{**values, **changes})
+
+
+DEFAULT_SPEC = InferenceServiceSpec(model="default")
+
+
+def default_policy(**changes) -> AutoscalerPolicy:
+    """The policy of a spec that sets nothing but its model (then `changes`): the autoscaler's defaults."""
+    return autoscaler_policy(DEFAULT_SPEC, **changes)
 
 
 def instant_signals(scrape: Scrape) -> Signals:
@@ -35,7 +53,7 @@ def instant_signals(scrape: Scrape) -> Signals:
 
 @dataclass(frozen=True)
 class Tick:
-    decision: Decision
+    decision: ScaleDecision
     signals: Signals
 
 
@@ -49,10 +67,10 @@ def tick(spec: InferenceServiceSpec, state: ScalerState, previous: Scrape | None
         signals = instant_signals(scrape)
     if not spec.autoscaling.enabled:
         fixed = spec.replicas.min
-        return Tick(Decision(fixed, "autoscaling disabled: replicas.min", ScalerState(replicas=fixed)), signals)
+        return Tick(ScaleDecision(fixed, "autoscaling disabled: replicas.min", ScalerState(replicas=fixed)), signals)
     if spec.autoscaling.mode == "external":
         wanted = spec.replicas.clamp(spec.replicas.count)
-        return Tick(Decision(wanted, f"autoscaling.mode external: replicas.count {spec.replicas.count}",
+        return Tick(ScaleDecision(wanted, f"autoscaling.mode external: replicas.count {spec.replicas.count}",
                              ScalerState(replicas=wanted)), signals)
     return Tick(decide(state, signals, autoscaler_policy(spec), now), signals)
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import typer
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     @app.command()
     def crd(
         check: bool = typer.Option(False, "--check", help="Exit 1 if the checked-in CRD differs; write nothing."),

@@ -18,10 +18,10 @@ import aiohttp
 from fastapi import FastAPI, Request
 from floodway.engine.server.body_limit import BodyTooLarge, TooLarge, read_body
 from floodway.operator.gateway.backends import BackendTable, get_text
+from floodway.operator.gateway.breaker import breaker_allows
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.k8s import follow_endpoint_slices
 from floodway.operator.gateway.metrics import GatewayMetrics
-from floodway.operator.gateway.overflow import breaker_allows
 from floodway.operator.gateway.payload import error_body
 from floodway.operator.gateway.proxy import Gateway
 from floodway.operator.gateway.upstream import UpstreamClient

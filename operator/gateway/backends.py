@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 
 import aiohttp
-from floodway.operator.gateway.overflow import SlotHold, admission_wait_s, slot_hold_update
 from floodway.operator.gateway.prefix_index import BLOCK_TOKENS, PrefixIndex
 from floodway.operator.gateway.routing import (
     BackendLoad,
@@ -28,6 +27,7 @@ from floodway.operator.gateway.routing import (
     sent_work,
     uncached_tokens,
 )
+from floodway.operator.gateway.ttft import SlotHold, admission_wait_s, slot_hold_update
 from floodway.operator.runtimes import DEFAULT, RUNTIMES, MetricNames, Runtime
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -126,7 +126,7 @@ class PoolTotals:
 
 
 @dataclass(frozen=True)
-class Choice:
+class BackendChoice:
     """Where routing would send a request (BackendTable.choose), before it is sent there."""
 
     backend: Backend
@@ -154,7 +154,7 @@ class BackendTable:
     def pick(self, exclude: frozenset[str], keys: list[int] = ()) -> Backend | None:
         return self.route(exclude, keys)[0]
 
-    def choose(self, exclude: frozenset[str], keys: list[int] = (), prompt_tokens: int = 0) -> Choice | None:
+    def choose(self, exclude: frozenset[str], keys: list[int] = (), prompt_tokens: int = 0) -> BackendChoice | None:
         """The backend for a request whose prompt has these prefix `keys` (prefix_index.request_keys) and about
         `prompt_tokens` tokens, and how many of them it likely has to prefill (not in its cache); None when no
         backend is ready. Nothing is recorded before `take`: the overflow rule reads the choice first."""
@@ -169,9 +169,10 @@ class BackendTable:
         if chosen is None:
             return None
         uncached = uncached_tokens(prompt_tokens, hits.get(chosen.id, 0.0))
-        return Choice(self.backends[chosen.id], uncached, chosen.recent_work + sent_work(uncached, self.weights), now)
+        work = chosen.recent_work + sent_work(uncached, self.weights)
+        return BackendChoice(self.backends[chosen.id], uncached, work, now)
 
-    def take(self, choice: Choice, keys: list[int] = ()) -> None:
+    def take(self, choice: BackendChoice, keys: list[int] = ()) -> None:
         """The request goes to the chosen backend: it holds the keys from now on, and was sent those tokens."""
         if self.prefix is not None and keys:
             self.index.record(choice.backend.id, keys)

@@ -26,19 +26,29 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from floodway.operator.gateway.overflow import SLOWEST_TOKENS_PER_S, BreakerPolicy, BudgetLimits, OverflowPolicy
+from floodway.operator.gateway.breaker import BreakerPolicy
+from floodway.operator.gateway.overflow import SLOWEST_TOKENS_PER_S, OverflowPolicy
+from floodway.operator.gateway.overflow_budget import BudgetLimits
 from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
 from floodway.operator.runtimes import DEFAULT, RUNTIMES
+from floodway.operator.spec.models import RoutingSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def same_named(settings: BaseModel, target) -> dict:
+    """The settings whose names are fields of the dataclass `target`: the config passes them on as they are."""
+    names = type(settings).model_fields
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(target) if f.name in names}
 
 
 class KubernetesSource(_Strict):
@@ -72,35 +82,25 @@ class Backends(_Strict):
         return self
 
 
-class Routing(_Strict):
+class Routing(RoutingSpec):
+    """The spec's gateway.routing settings (inherited: same names, same defaults), and the gateway's own."""
+
+    model_config = ConfigDict(frozen=True)
+
     seed: int | None = Field(None, description="Seed of the power-of-two-choices sampler (None: random).")
     waiting_weight: float = Field(RoutingWeights.waiting_weight, ge=0,
                                   description="Extra score per queued request on a backend.")
     kv_weight: float = Field(RoutingWeights.kv_weight, ge=0, description="Score added at 100% KV cache usage.")
-    prefill_unit_tokens: float = Field(RoutingWeights.prefill_unit_tokens, ge=0, description="Prompt tokens a "
-                                       "backend has yet to prefill (not in its prefix cache) that score as much "
-                                       "as one request there (0: not counted).")
     recent_half_life_s: float = Field(RoutingWeights.recent_half_life_s, gt=0, description="Half-life of the "
                                       "work sent to each backend lately (requests and their uncached prompt "
                                       "tokens), which the prefix load cap reads and which breaks ties between "
                                       "equally loaded backends (the one that got less work wins).")
-    prefix_aware: bool = Field(True, description="Prefer the backend likely to hold the prompt's prefix in its "
-                               "KV cache (routing.pick_prefix); false: load only.")
-    prefix_weight: float = Field(PrefixPolicy.weight, ge=0, description="Score a whole-prompt prefix hit is "
-                                 "worth, in queued requests.")
-    prefix_load_cap: float = Field(PrefixPolicy.load_cap, ge=1, description="A backend takes a request for its "
-                                   "cache only while the work sent there lately stays within this multiple of the "
-                                   "pool's mean...")
-    prefix_load_slack: float = Field(PrefixPolicy.load_slack, ge=0, description="... plus this many requests' worth.")
-    prefix_min_gain: float = Field(PrefixPolicy.min_gain, ge=0, le=1, description="Share of the prompt a backend "
-                                   "must hold beyond what every backend holds to be preferred for it.")
 
     def weights(self) -> RoutingWeights:
-        return RoutingWeights(self.waiting_weight, self.kv_weight, self.prefill_unit_tokens, self.recent_half_life_s)
+        return RoutingWeights(**same_named(self, RoutingWeights))
 
     def prefix_policy(self) -> PrefixPolicy | None:
-        return PrefixPolicy(self.prefix_weight, self.prefix_load_cap, self.prefix_load_slack, self.prefix_min_gain) \
-            if self.prefix_aware else None
+        return PrefixPolicy(**same_named(self, PrefixPolicy)) if self.prefix_aware else None
 
 
 class Slo(_Strict):
@@ -109,12 +109,12 @@ class Slo(_Strict):
 
 
 class Breaker(_Strict):
-    failure_threshold: int = Field(3, ge=1)
-    cooldown_s: float = Field(10.0, gt=0)
+    failure_threshold: int = Field(BreakerPolicy.failure_threshold, ge=1)
+    cooldown_s: float = Field(BreakerPolicy.cooldown_s, gt=0)
 
 
 class Overflow(_Strict):
-    enabled: bool = False
+    enabled: bool = OverflowPolicy.enabled
     base_url: str | None = Field(None, description="OpenAI-compatible base URL, including /v1.")
     model: str | None = Field(None, description="Model name sent to the overflow API (default: the client's).")
     api_key_env: str | None = None
@@ -181,13 +181,10 @@ class GatewayConfig(_Strict):
 
     def overflow_policy(self) -> OverflowPolicy:
         o = self.overflow
-        return OverflowPolicy(
-            enabled=o.enabled, max_waiting_per_replica=o.max_waiting_per_replica,
-            ttft_slo_s=None if self.slo.ttft_ms is None else self.slo.ttft_ms / 1000.0,
-            predicted_ttft_factor=o.predicted_ttft_factor,
-            budget=BudgetLimits(o.max_requests_per_minute, o.max_tokens_per_minute),
-            hold_queue_size=o.hold_queue_size, hold_timeout_s=o.hold_timeout_s,
-            breaker=BreakerPolicy(o.breaker.failure_threshold, o.breaker.cooldown_s))
+        return OverflowPolicy(**{
+            **same_named(o, OverflowPolicy), "budget": BudgetLimits(**same_named(o, BudgetLimits)),
+            "breaker": BreakerPolicy(**same_named(o.breaker, BreakerPolicy)),
+            "ttft_slo_s": None if self.slo.ttft_ms is None else self.slo.ttft_ms / 1000.0})
 
 
 def load_config(path: str | os.PathLike) -> GatewayConfig:

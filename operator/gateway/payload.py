@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from floodway.engine.server.max_tokens import DEFAULT_MAX_TOKENS, requested_max_tokens
+
 # The top-level request fields the OpenAI API defines (its spec's CreateCompletionRequest and
 # CreateChatCompletionRequest; tests/unit/gateway/test_payload_openai_fields.py checks them against the vendored
 # spec). Local engines get every field; the overflow API only these, so vLLM-only extras (top_k, min_tokens,
@@ -22,7 +24,6 @@ OPENAI_REQUEST_FIELDS = {
         "service_tier", "stop", "store", "stream", "stream_options", "temperature", "tool_choice", "tools",
         "top_logprobs", "top_p", "user", "verbosity", "web_search_options"}),
 }
-DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default, also used when a chat request names none
 CHARS_PER_TOKEN = 4  # rough BPE average; the budget needs an estimate before any tokenizer runs
 
 
@@ -48,13 +49,14 @@ def estimate_prompt_tokens(payload: dict) -> int:
 
 
 def completion_limit(payload: dict) -> int | None:
-    """The completion tokens the request allows (max_completion_tokens or max_tokens); None where it names none."""
-    limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
+    """The completion tokens the request allows (requested_max_tokens); None where it names no valid limit."""
+    limit = requested_max_tokens(payload.get("max_completion_tokens"), payload.get("max_tokens"))
     return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
 
 
 def estimate_tokens(payload: dict) -> int:
-    """Prompt tokens plus the completion tokens the request may use."""
+    """Prompt tokens plus the completion tokens the request may use (a chat request that names none is charged the
+    completions default: its real use is unknown before it ends)."""
     return estimate_prompt_tokens(payload) + (completion_limit(payload) or DEFAULT_MAX_TOKENS)
 
 

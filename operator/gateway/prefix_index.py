@@ -19,8 +19,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from floodway.operator.gateway.payload import CHARS_PER_TOKEN
+from floodway.operator.spec.models import EngineSpec
 
-BLOCK_TOKENS = 16  # the engines' default block size
+BLOCK_TOKENS = EngineSpec().block_size  # the engines' default block size
 BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
 DEFAULT_CAPACITY_BLOCKS = 65536  # until a scrape tells the engine's capacity (1M tokens of prompts)
 MAX_KEYS = 8192  # 128k tokens: a longer prompt's tail is not keyed, so a multi-MB body costs a bounded work

@@ -21,25 +21,18 @@ import time
 from dataclasses import replace
 
 import aiohttp
-from floodway.operator.gateway.backends import BackendTable, Choice
+from floodway.operator.gateway.backends import BackendChoice, BackendTable
+from floodway.operator.gateway.breaker import BreakerState, breaker_on_result, breaker_on_send
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.metrics import WATCHED_SHARE, GatewayMetrics
 from floodway.operator.gateway.overflow import (
-    BreakerState,
-    BudgetState,
     PoolState,
     RequestInfo,
-    breaker_on_result,
-    breaker_on_send,
-    budget_refill,
-    budget_take,
-    learned_prefill_rate,
     overflow_deadline_s,
     overflow_decision,
-    predict_ttft_from_backlog,
-    prefill_rate_sample,
     replicas_needed,
 )
+from floodway.operator.gateway.overflow_budget import BudgetState, budget_refill, budget_take
 from floodway.operator.gateway.payload import (
     completion_limit,
     error_body,
@@ -51,6 +44,7 @@ from floodway.operator.gateway.payload import (
 )
 from floodway.operator.gateway.prefix_index import request_keys
 from floodway.operator.gateway.secrets import ApiKey
+from floodway.operator.gateway.ttft import learned_prefill_rate, predict_ttft_from_backlog, prefill_rate_sample
 from floodway.operator.gateway.upstream import RemoteResponse, UpstreamClient, UpstreamError, UpstreamTimeout
 from floodway.operator.gateway.upstream import Response as EngineResponse
 from floodway.operator.gateway.validate import refusal
@@ -117,7 +111,7 @@ class Gateway:
         self._wake.set()
         self._wake = asyncio.Event()
 
-    def pool_state(self, exclude: frozenset[str], held_self: bool, choice: Choice | None) -> PoolState:
+    def pool_state(self, exclude: frozenset[str], held_self: bool, choice: BackendChoice | None) -> PoolState:
         """What the overflow rule reads; the predicted TTFT is the request's on the backend routing chose for it
         (the least backlog among them would be optimistic wherever the router's pick has more ahead)."""
         t = self.table.totals(exclude)
@@ -217,7 +211,7 @@ class Gateway:
                 self.metrics.held.set(self.held)
 
     # -- attempts ------------------------------------------------------------------------------------
-    async def _local(self, choice: Choice, path: str, body: bytes, stream: bool, t0: float | None,
+    async def _local(self, choice: BackendChoice, path: str, body: bytes, stream: bool, t0: float | None,
                      predicted: float | None) -> Answer:
         """predicted: the TTFT the overflow rule predicted for it there, whose error matters near its threshold."""
         backend, prompt = choice.backend, choice.uncached  # prompt: the tokens it likely has to prefill there
@@ -252,7 +246,7 @@ class Gateway:
         try:
             return await self._send(self.local.post(backend.url, path, body), stream, backend.id, done, first_byte)
         except _Failed as e:
-            if e.status != 429:  # a full queue is load, not ill health: the scrape shows it
+            if e.status != self.table.runtime.full_status:  # a full queue is load, not ill health: the scrape shows it
                 self.table.mark_unready(backend.id)
             raise
 

@@ -18,8 +18,7 @@ Score (lower is better), from what the gateway knows of one backend:
 
 Equal scores (idle engines, mostly) go to the backend with the least `recent_work`, the work sent there lately
 in the score's own units (each request 1 plus its uncached prompt tokens / prefill_unit_tokens, decayed with a
-half-life): drawn at random instead, the prefill work each engine did spread 1.47x the mean on the replayed
-bench workload at light load (prefix_replay.py, 0.08 s steps), 1.15x this way.
+half-life), which spreads prefill work more evenly than a random draw.
 
 Power of two choices: sample two distinct ready backends and take the lower score (ties: the fewer
 recent_work, then the first sampled). It spreads load nearly as well as least-loaded but does not herd every
@@ -29,21 +28,18 @@ deterministic.
 Prefix-aware pick (`pick_prefix`): `hits` says, per backend, the share (0..1) of this request's prompt blocks it
 likely holds in its prefix cache (the gateway's prefix index, or the simulator's replicas). What every ready
 backend holds (a system prompt they all cached) tells nothing about where to send it, so only each one's gain over
-the least any holds counts, and only from `min_gain` of the prompt up: with a smaller one, idle engines tie and the
-holders of a short shared prefix would win every tie, so at low load one engine took all the traffic and evicted
-(prefix_replay.py, the engine's token keys at 0.08 s steps: all 75 requests on one engine). When no backend gains,
-the pick is the load-only one above, so traffic without shared prefixes is routed exactly as before. Otherwise the
-lowest `load_score - (prefix_weight + prompt_tokens / prefill_unit_tokens) * gain` wins (the prefill a hit saves
-counts in the units of the prefill the load score counts, so a long prompt's holder keeps it against a longer
-backlog than a short one's; ties: the least recent_work, then a random one) among the backends within the load
-cap: those whose recent work after taking this one stays within `load_cap` x the pool's mean (after it) plus
-`load_slack` requests, and always the one with the least. The cap is what keeps a hot prefix, or a long
-conversation, from piling onto its holder: past it, the request goes where load says and that backend learns the
-prefix. It reads work sent lately rather than requests in flight because a conversation's turns come one at a
-time: in flight, a holder never looked busy however many turns it took, and on the replayed bench workload the
-requests each engine served spread 1.29x the mean with no cap (1.33x in real runs of the former cap); capped on
-recent work at 1.3 x mean + 1, 1.18x for 4 points of the single-engine bound's hits (prefix_replay.py, 0.08 s
-steps; README, "Prefix-aware routing").
+the least any holds counts, and only from `prefix_min_gain` of the prompt up: with a smaller one, idle engines tie
+and the holders of a short shared prefix would win every tie, piling all traffic onto one engine at low load.
+When no backend gains, the pick is the load-only one above, so traffic without shared prefixes is routed exactly
+as before. Otherwise the lowest `load_score - (prefix_weight + prompt_tokens / prefill_unit_tokens) * gain` wins
+(the prefill a hit saves counts in the units of the prefill the load score counts, so a long prompt's holder keeps
+it against a longer backlog than a short one's; ties: the least recent_work, then a random one) among the backends
+within the load cap: those whose recent work after taking this one stays within `prefix_load_cap` x the pool's mean
+(after it) plus `prefix_load_slack` requests, and always the one with the least. The cap is what keeps a hot
+prefix, or a long conversation, from piling onto its holder: past it, the request goes where load says and that
+backend learns the prefix. It reads work sent lately rather than requests in flight because a conversation's turns
+come one at a time: in flight, a holder never looks busy however many turns it takes. How the defaults were
+chosen: README, "Prefix-aware routing", and docs/benchmarks/autoscaler-code-notes.md.
 """
 
 from __future__ import annotations
@@ -51,6 +47,8 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from floodway.operator.spec.models import RoutingSpec
 
 
 @dataclass(frozen=True)
@@ -65,20 +63,24 @@ class BackendLoad:
     recent_work: float = 0.0  # work sent there lately (sent_work, decayed): the cap's measure and the tie-break
 
 
+# Fields named as the spec's gateway.routing settings (operator/spec/models.py RoutingSpec) take its defaults.
+_SPEC = RoutingSpec()
+
+
 @dataclass(frozen=True)
 class RoutingWeights:
     waiting_weight: float = 1.0
     kv_weight: float = 4.0
-    prefill_unit_tokens: float = 512.0  # prefill tokens that weigh as much as one request (0: not counted)
+    prefill_unit_tokens: float = _SPEC.prefill_unit_tokens  # prefill tokens that weigh one request (0: not counted)
     recent_half_life_s: float = 30.0  # of recent_work
 
 
 @dataclass(frozen=True)
 class PrefixPolicy:
-    weight: float = 4.0  # score a whole-prompt hit is worth, in queued requests
-    load_cap: float = 1.3  # x the pool's mean recent work...
-    load_slack: float = 1.0  # ... plus this many requests: what a holder may take for its cache
-    min_gain: float = 0.1  # a smaller share of the prompt is no reason to prefer its holder
+    prefix_weight: float = _SPEC.prefix_weight  # score a whole-prompt hit is worth, in queued requests
+    prefix_load_cap: float = _SPEC.prefix_load_cap  # x the pool's mean recent work...
+    prefix_load_slack: float = _SPEC.prefix_load_slack  # ... plus this many requests: what a holder may take
+    prefix_min_gain: float = _SPEC.prefix_min_gain  # a smaller share of the prompt is no reason to prefer its holder
 
 
 def requests_at(b: BackendLoad) -> float:
@@ -122,23 +124,23 @@ def within_cap(b: BackendLoad, pool: Sequence[BackendLoad], p: PrefixPolicy, wor
     """Whether `b` may take a request of `work` (sent_work) for its cache: its recent work after stays within
     the cap of the pool's mean after, or it has the least."""
     loads = [x.recent_work for x in pool]
-    return (b.recent_work + work <= p.load_cap * (sum(loads) + work) / len(loads) + p.load_slack
+    return (b.recent_work + work <= p.prefix_load_cap * (sum(loads) + work) / len(loads) + p.prefix_load_slack
             or b.recent_work <= min(loads))
 
 
 def prefix_score(b: BackendLoad, gain: float, w: RoutingWeights, p: PrefixPolicy, prompt_tokens: int = 0) -> float:
-    """The load score less what holding `gain` of a `prompt_tokens`-token prompt is worth there: `p.weight`
+    """The load score less what holding `gain` of a `prompt_tokens`-token prompt is worth there: `p.prefix_weight`
     requests for a whole prompt, plus the prefill it saves in the load score's own units."""
     saved = prompt_tokens / w.prefill_unit_tokens if w.prefill_unit_tokens else 0.0
-    return load_score(b, w) - (p.weight + saved) * gain
+    return load_score(b, w) - (p.prefix_weight + saved) * gain
 
 
 def prefix_gains(candidates: Sequence[BackendLoad], hits: Mapping[str, float], p: PrefixPolicy) -> dict[str, float]:
     """Each candidate's hit beyond the least any of them holds (what they all hold says nothing), 0 below
-    `p.min_gain`."""
+    `p.prefix_min_gain`."""
     common = min((hits.get(b.id, 0.0) for b in candidates), default=0.0)
     gains = {b.id: hits.get(b.id, 0.0) - common for b in candidates}
-    return {bid: g if g >= p.min_gain else 0.0 for bid, g in gains.items()}
+    return {bid: g if g >= p.prefix_min_gain else 0.0 for bid, g in gains.items()}
 
 
 def pick_prefix(backends: Sequence[BackendLoad], hits: Mapping[str, float], rng: random.Random,

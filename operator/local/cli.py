@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     @app.command()
     def up(
         file: Path = typer.Argument(None, help="InferenceService YAML (default: the built-in SmolLM2 model with "

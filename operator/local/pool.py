@@ -13,7 +13,7 @@ log = logging.getLogger("floodway.up")
 
 
 @dataclass
-class Slot:
+class EngineSlot:
     index: int
     port: int
     state: str = "stopped"  # stopped | starting | ready | stopping
@@ -28,14 +28,14 @@ class Slot:
 class EnginePool:
     def __init__(self, ports: list[int], argv: Callable[[int], list[str]], env: dict[str, str], log_dir: str,
                  ready_path: str, start_timeout_s: float, stop_grace_s: float):
-        self.slots = [Slot(i, p) for i, p in enumerate(ports)]
+        self.slots = [EngineSlot(i, p) for i, p in enumerate(ports)]
         self.argv, self.env, self.log_dir, self.ready_path = argv, env, log_dir, ready_path
         self.timeout, self.grace = start_timeout_s, stop_grace_s
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []
         self.closing = False
 
-    def _start(self, slot: Slot) -> None:
+    def _start(self, slot: EngineSlot) -> None:
         try:
             proc = procs.start(self.argv(slot.port), slot.port, self.ready_path, self.timeout, env=self.env,
                                log_path=f"{self.log_dir}/engine-{slot.index}.log")
@@ -50,12 +50,12 @@ class EnginePool:
         if closing:  # stop_all ran while this engine was loading
             self._stop(slot)
 
-    def _stop(self, slot: Slot) -> None:
+    def _stop(self, slot: EngineSlot) -> None:
         slot.proc.stop(self.grace)
         with self.lock:
             slot.state, slot.proc = "stopped", None
 
-    def _spawn(self, target, slot: Slot) -> None:
+    def _spawn(self, target, slot: EngineSlot) -> None:
         t = threading.Thread(target=target, args=(slot,), daemon=True, name=f"engine-{slot.index}")
         self.threads.append(t)
         t.start()

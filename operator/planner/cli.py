@@ -3,9 +3,12 @@
 import json
 
 import typer
+from floodway.operator.spec.models import EngineSpec
+
+_ENGINE = EngineSpec()  # the spec's engine defaults are the planner's
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     @app.command()
     def plan(
         model: str = typer.Option(..., help="Built-in name, local folder, config.json, or a cached Hub id."),
@@ -15,13 +18,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         gpu_bandwidth: float = typer.Option(None, help="GPU memory bandwidth in GB/s (overrides the type's)."),
         gpu_tflops: float = typer.Option(None, help="GPU dense bf16 TFLOP/s (overrides the type's)."),
         gpus: int = typer.Option(1, help="GPUs per replica (tensor parallel)."),
-        dtype: str = typer.Option("auto", help="auto (bfloat16 on GPU), float32, float16, bfloat16."),
+        dtype: str = typer.Option(_ENGINE.dtype, help="auto (bfloat16 on GPU), float32, float16, bfloat16."),
         quantization: str = typer.Option(None, help="Weight quantization: none, fp8, int8, int4, awq, gptq."),
         kv_cache_dtype: str = typer.Option(None, help="KV cache dtype (default: the compute dtype; fp8 halves it)."),
         max_model_len: int = typer.Option(None, help="Longest sequence (default: min(model positions, 4096))."),
-        max_num_seqs: int = typer.Option(64, help="Most concurrent sequences per replica."),
-        gpu_memory_utilization: float = typer.Option(0.9, help="Share of GPU memory the engine may use."),
-        block_size: int = typer.Option(16, help="KV cache block size in tokens."),
+        max_num_seqs: int = typer.Option(_ENGINE.max_num_seqs, help="Most concurrent sequences per replica."),
+        gpu_memory_utilization: float = typer.Option(_ENGINE.gpu_memory_utilization,
+                                                     help="Share of GPU memory the engine may use."),
+        block_size: int = typer.Option(_ENGINE.block_size, help="KV cache block size in tokens."),
         overhead_gib: float = typer.Option(None, help="GiB per GPU kept for activations (default: max(1, 5% of it))."),
         rate: float = typer.Option(None, help="Expected requests per second (for the replica count)."),
         prompt_tokens: int = typer.Option(1024, help="Expected prompt tokens per request."),

@@ -12,6 +12,9 @@ from floodway.operator.planner.gpus import GpuSpec, find_gpu, resolve_gpu
 from floodway.operator.planner.memory import MemoryPlan, plan_memory
 from floodway.operator.planner.model_shape import ModelShape, load_shape, shape_from_config
 from floodway.operator.planner.units import GIB, ConfigNotFound, PlanError
+from floodway.operator.spec.models import EngineSpec
+
+_ENGINE = EngineSpec()  # the spec's engine defaults are the planner's
 
 DEFAULT_MAX_MODEL_LEN = 4096  # the engine's default cap: min(model's max positions, this)
 
@@ -80,10 +83,11 @@ def _unchecked(message: str) -> FitResult:
     return FitResult("ok", f"fit not checked: {message}", {"checked": False})
 
 
-def check_fit(model: str, *, dtype: str = "auto", max_model_len: int | None = None, max_num_seqs: int = 64,
-              gpu_memory_utilization: float = 0.9, gpus: int = 1, gpu_type: str | None = None,
+def check_fit(model: str, *, dtype: str = _ENGINE.dtype, max_model_len: int | None = None,
+              max_num_seqs: int = _ENGINE.max_num_seqs, gpu_memory_utilization: float = _ENGINE.gpu_memory_utilization,
+              gpus: int = 1, gpu_type: str | None = None,
               gpu_memory: str | int | None = None, quantization: str | None = None,
-              kv_cache_dtype: str | None = None, block_size: int = 16, params: float | None = None,
+              kv_cache_dtype: str | None = None, block_size: int = _ENGINE.block_size, params: float | None = None,
               overhead_bytes: int | None = None, config: dict | None = None) -> FitResult:
     """The operator's admission check for an InferenceService. `gpu_memory` (bytes or "80Gi") overrides the
     memory of `gpu_type`; either sizes the GPU. A bad setting refuses with the reason; a model whose config

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from floodway.operator.planner.gpus import GpuSpec
 from floodway.operator.planner.model_shape import ModelShape
 from floodway.operator.planner.units import GIB, PlanError
+from floodway.operator.spec.models import EngineSpec
+
+_ENGINE = EngineSpec()  # the spec's engine defaults are the planner's
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
@@ -91,7 +94,8 @@ class MemoryPlan:
 
 def plan_memory(shape: ModelShape, gpu: GpuSpec, *, gpus: int = 1, dtype: str = "auto",
                 quantization: str | None = None, kv_cache_dtype: str | None = None, max_model_len: int,
-                max_num_seqs: int, gpu_memory_utilization: float = 0.9, block_size: int = 16,
+                max_num_seqs: int, gpu_memory_utilization: float = _ENGINE.gpu_memory_utilization,
+                block_size: int = _ENGINE.block_size,
                 overhead_bytes: int | None = None) -> MemoryPlan:
     """Weights are sharded over `gpus` (tensor parallel), so the budget is the sum over the GPUs.
     `overhead_bytes` is per GPU (default: default_overhead_bytes)."""

@@ -17,6 +17,9 @@ from floodway.operator.planner.throughput import (
     replicas_for,
 )
 from floodway.operator.planner.units import GIB, PlanError
+from floodway.operator.spec.models import EngineSpec
+
+_ENGINE = EngineSpec()  # the spec's engine defaults are the planner's
 
 # Defaults near the Azure 2023 conversation trace (median input 1,020 tokens, mean output 211).
 DEFAULT_PROMPT_TOKENS, DEFAULT_OUTPUT_TOKENS = 1024, 256
@@ -35,9 +38,9 @@ class PlanRequest:
     quantization: str | None = None
     kv_cache_dtype: str | None = None
     max_model_len: int | None = None
-    max_num_seqs: int = 64
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
+    max_num_seqs: int = _ENGINE.max_num_seqs
+    gpu_memory_utilization: float = _ENGINE.gpu_memory_utilization
+    block_size: int = _ENGINE.block_size
     overhead_gib: float | None = None  # per GPU; None: max(1 GiB, 5% of the GPU), as the engine keeps
     rate: float | None = None
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS

@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     @app.command()
     def render(
         filename: Path = typer.Option(..., "--filename", "-f", help="YAML with one or more InferenceServices."),

@@ -16,6 +16,7 @@ from floodway.operator.render.meta import (
     selector,
     spread,
 )
+from floodway.operator.render.runtime_args import RUNTIME_ARGS
 from floodway.operator.render.security import LOCKED_CONTAINER, POD_SECURITY
 from floodway.operator.runtimes import runtime
 from floodway.operator.spec import InferenceServiceSpec
@@ -31,7 +32,7 @@ def engine_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
     runtime can (the spec refuses gpus > 1 where it cannot), then engine.extraArgs."""
     r, gpus = runtime(spec.engine.runtime), spec.resources.gpus
     tp = [r.tensor_parallel_flag, str(gpus)] if r.tensor_parallel_flag and gpus > 1 else []
-    return r.args(spec, host, port) + tp + list(spec.engine.extra_args)
+    return RUNTIME_ARGS[r.name](spec, host, port) + tp + list(spec.engine.extra_args)
 
 
 def ready_path(spec: InferenceServiceSpec) -> str:

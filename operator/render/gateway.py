@@ -4,6 +4,7 @@ Deployment, Service and the ServiceAccount + Role that let it read the engine Se
 import hashlib
 
 import yaml
+from floodway.operator.gateway.config import Overflow, Routing, Slo
 from floodway.operator.render.images import Images
 from floodway.operator.render.meta import (
     Owner,
@@ -17,6 +18,8 @@ from floodway.operator.render.meta import (
 )
 from floodway.operator.render.security import LOCKED_CONTAINER, POD_SECURITY
 from floodway.operator.spec import InferenceServiceSpec
+from floodway.operator.spec.base import SpecModel
+from pydantic import BaseModel
 
 GATEWAY_PORT = 8080
 SERVICE_PORT = 80
@@ -28,18 +31,20 @@ CLIENT_KEYS_FILE = "api-keys"
 
 
 def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: str = "0.0.0.0") -> dict:
-    """The gateway's YAML config as a dict; backends is {"static": [...]} or {"kubernetes": {...}}."""
-    o = spec.overflow
-    overflow = {"enabled": o.enabled, "max_waiting_per_replica": o.max_waiting_per_replica}
-    if o.enabled:
-        overflow.update(base_url=o.base_url.rstrip("/"), model=o.model or spec.model_name, api_key_env=API_KEY_ENV)
-        if o.max_requests_per_minute is not None:
-            overflow["max_requests_per_minute"] = o.max_requests_per_minute
-        if o.max_tokens_per_minute is not None:
-            overflow["max_tokens_per_minute"] = o.max_tokens_per_minute
+    """The gateway's YAML config as a dict; backends is {"static": [...]} or {"kubernetes": {...}}. The spec's
+    settings the gateway config has under the same names (slo, gateway.routing, overflow) pass as they are."""
+    overflow = same_named(spec.overflow, Overflow)
+    if spec.overflow.enabled:
+        overflow.update(base_url=overflow["base_url"].rstrip("/"), model=overflow.get("model") or spec.model_name,
+                        api_key_env=API_KEY_ENV)
     return {"host": host, "port": port, "served_models": [spec.model_name], "backends": backends,
-            "engine_runtime": spec.engine.runtime, "routing": spec.gateway.routing.model_dump(),
-            "slo": {"ttft_ms": spec.slo.ttft_ms, "tpot_ms": spec.slo.tpot_ms}, "overflow": overflow}
+            "engine_runtime": spec.engine.runtime, "routing": same_named(spec.gateway.routing, Routing),
+            "slo": same_named(spec.slo, Slo), "overflow": overflow}
+
+
+def same_named(section: SpecModel, config: type[BaseModel]) -> dict:
+    """The section's set values (None: unset) whose names the gateway config's section `config` has."""
+    return {k: v for k, v in section if k in config.model_fields and v is not None}
 
 
 def cluster_gateway_config(spec: InferenceServiceSpec, owner: Owner) -> dict:

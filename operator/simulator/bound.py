@@ -7,9 +7,8 @@ static peak with the drops placed by hand; pools that follow the trace's future 
 replica, asked for a cold start ahead; every flat pool up to static peak; and pools sized on the busiest spans of
 prompt tokens (`token_pool`), once a cold start ahead and once reacting to the past only. Most know the future, so
 their least replica-hours bounds what a policy could reach; the flat and reactive ones belong there too, as a bound
-that any of them beats is no bound (on azure-4x a flat 3 met the targets on 0.73 replica-hours where the others
-needed 0.82). The reactive ones' least (`REACTIVE`) tells a target only foresight meets apart from one reacting
-meets too.
+that any of them beats is no bound. The reactive ones' least (`REACTIVE`) tells a target only foresight meets apart
+from one reacting meets too.
 Run: `python -P -m floodway.operator.simulator.bound [scenario] [--compress F] [--seed N]
 [--waiting-includes-prefill] [--no-prefill-backlog-ttft] [--overflow-ttft-factor X]`.
 """
@@ -19,11 +18,12 @@ import math
 import sys
 from dataclasses import dataclass
 
-from floodway.operator.autoscaler.policy import Decision, ScalerState, scaled
+from floodway.operator.autoscaler.policy import ScaleDecision, ScalerState, scaled
 from floodway.operator.simulator.compare import overflow_enabled, size
-from floodway.operator.simulator.des import Scaler, SimConfig, simulate
+from floodway.operator.simulator.config import SimConfig
+from floodway.operator.simulator.des import Scaler, simulate
 from floodway.operator.simulator.report import Summary, summarize
-from floodway.operator.simulator.traces import Request, per_span, rate_stats
+from floodway.operator.simulator.traces import TraceRequest, per_span, rate_stats
 
 ATTAINMENT, MAX_OVERFLOW, TARGET_SHARE = 0.99, 0.05, 0.70  # issue 6's Done-when
 
@@ -34,7 +34,7 @@ class Schedule:
 
     starts_s: tuple[float, ...]
     counts: tuple[int, ...]
-    interval_s: float = 5.0
+    interval_seconds: float = 5.0
 
     def __post_init__(self):
         if not self.starts_s or self.starts_s[0] != 0 or len(self.starts_s) != len(self.counts) \
@@ -45,17 +45,17 @@ class Schedule:
         return next(c for s, c in zip(reversed(self.starts_s), reversed(self.counts), strict=True) if now >= s)
 
 
-def decide_schedule(state: ScalerState, signals, policy: Schedule, now: float) -> Decision:
+def decide_schedule(state: ScalerState, signals, policy: Schedule, now: float) -> ScaleDecision:
     return scaled(state, now, policy.at(now), "schedule")
 
 
-def run_schedule(trace: list[Request], schedule: Schedule, cfg: SimConfig) -> Summary:
+def run_schedule(trace: list[TraceRequest], schedule: Schedule, cfg: SimConfig) -> Summary:
     """One schedule with overflow on (cold starts and the gateway as configured)."""
     return summarize(simulate(trace, Scaler("schedule", decide_schedule, schedule, schedule.at(0.0)),
                               overflow_enabled(cfg, True)))
 
 
-def following(trace: list[Request], per_replica_rps: float, window_s: float, lead_s: float) -> Schedule:
+def following(trace: list[TraceRequest], per_replica_rps: float, window_s: float, lead_s: float) -> Schedule:
     """A pool sized for the arrival rate of each `window_s` span at `per_replica_rps` (at least one replica),
     asked for `lead_s` ahead: the count at t is the largest need of the spans starting in [t, t + lead_s]."""
     if per_replica_rps <= 0 or window_s <= 0 or lead_s < 0:
@@ -82,7 +82,7 @@ def near_peak(peak: int, end_s: float) -> list[tuple[str, Schedule]]:
     return out
 
 
-def rate_following(trace: list[Request], peak: int, lead_s: float) -> list[tuple[str, Schedule]]:
+def rate_following(trace: list[TraceRequest], peak: int, lead_s: float) -> list[tuple[str, Schedule]]:
     """Rate-following pools at 0.8x..1.6x the static peak's rate per replica, 30-120 s spans."""
     base = rate_stats(trace, 60.0)[1] / peak
     out = []
@@ -94,9 +94,9 @@ def rate_following(trace: list[Request], peak: int, lead_s: float) -> list[tuple
     return out
 
 
-def token_pool(trace: list[Request], span_s: float, tokens_per_replica_s: float, hold_s: float, floor: int,
-               first: int | None = None, lead_s: float = 0.0, interval_s: float = 5.0) -> Schedule:
-    """Every `interval_s`, the pool that the busiest `span_s` span of prompt tokens ending within (t - hold_s,
+def token_pool(trace: list[TraceRequest], span_s: float, tokens_per_replica_s: float, hold_s: float, floor: int,
+               first: int | None = None, lead_s: float = 0.0, interval_seconds: float = 5.0) -> Schedule:
+    """Every `interval_seconds`, the pool that the busiest `span_s` span of prompt tokens ending within (t - hold_s,
     t + lead_s] needs at `tokens_per_replica_s` per replica, at least `floor`; `first` at 0 (None: that need).
     With no lead it sees only the past (the spans it has seen whole) and answers a burst a cold start late, as any
     policy must; with a cold start's lead it is clairvoyant: the pool is ready when the burst comes."""
@@ -112,8 +112,8 @@ def token_pool(trace: list[Request], span_s: float, tokens_per_replica_s: float,
         if not counts or count != counts[-1]:
             starts.append(t)
             counts.append(count)
-        t += interval_s
-    return Schedule(tuple(starts), tuple(counts), interval_s)
+        t += interval_seconds
+    return Schedule(tuple(starts), tuple(counts), interval_seconds)
 
 
 TOKEN_GRID = dict(span_s=(5.0, 60.0), share=(0.4, 0.6, 0.8), hold_s=(60.0, 600.0), floor=(1, 2, 3))
@@ -124,7 +124,7 @@ def flat_pools(peak: int) -> list[tuple[str, Schedule]]:
     return [(f"flat {n}", Schedule((0.0,), (n,))) for n in range(1, peak + 1)]
 
 
-def token_pools(trace: list[Request], prefill_tokens_per_s: float, first: int,
+def token_pools(trace: list[TraceRequest], prefill_tokens_per_s: float, first: int,
                 lead_s: float) -> list[tuple[str, Schedule]]:
     """Pools sized on prompt tokens (TOKEN_GRID: spans, shares of a replica's prefill rate, holds, floors), each
     once reacting to the past from `first` (the count every policy starts with) and once a cold start ahead."""
@@ -141,7 +141,7 @@ def meets(s: Summary, share: float) -> bool:
     return s.attainment >= ATTAINMENT and s.overflow_share <= MAX_OVERFLOW and share <= TARGET_SHARE
 
 
-def schedules(trace: list[Request], peak: int, lead_s: float, prefill_tokens_per_s: float,
+def schedules(trace: list[TraceRequest], peak: int, lead_s: float, prefill_tokens_per_s: float,
               first: int) -> list[tuple[str, Schedule]]:
     return near_peak(peak, trace[-1].arrival_s) + rate_following(trace, peak, lead_s) + flat_pools(peak) + \
         token_pools(trace, prefill_tokens_per_s, first, lead_s)

@@ -6,7 +6,7 @@ DEFAULT_POLICIES = ["floodway+overflow", "floodway", "static-peak", "static-mean
                     "kpa", "kpa+overflow"]
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
         trace: str = typer.Option(None, help="azure-conv, mooncake, a .csv/.jsonl file, or a generator such as "

@@ -10,9 +10,10 @@ from dataclasses import dataclass, replace
 
 from floodway.operator.autoscaler import baselines as bl
 from floodway.operator.autoscaler.policy import AutoscalerPolicy, decide
-from floodway.operator.simulator.des import Scaler, SimConfig, SimResult, simulate
+from floodway.operator.simulator.config import SimConfig
+from floodway.operator.simulator.des import Scaler, SimResult, simulate
 from floodway.operator.simulator.report import summarize
-from floodway.operator.simulator.traces import Request, rate_stats
+from floodway.operator.simulator.traces import TraceRequest, rate_stats
 
 POLICIES = ("floodway", "static-peak", "static-mean", "hpa", "keda", "kpa")
 OVERFLOW_SUFFIX = "+overflow"
@@ -41,7 +42,7 @@ def parse_policy(spec: str) -> tuple[str, bool]:
     return name, with_overflow
 
 
-def static_peak_replicas(trace: list[Request], cfg: SimConfig, attainment: float, limit: int = 256) -> int:
+def static_peak_replicas(trace: list[TraceRequest], cfg: SimConfig, attainment: float, limit: int = 256) -> int:
     """Smallest static pool meeting `attainment` without overflow (binary search; attainment grows with N)."""
     cfg = overflow_enabled(cfg, False)
 
@@ -60,7 +61,7 @@ def static_peak_replicas(trace: list[Request], cfg: SimConfig, attainment: float
     return hi
 
 
-def size(trace: list[Request], cfg: SimConfig, attainment: float, peak_n: int | None = None) -> Sizing:
+def size(trace: list[TraceRequest], cfg: SimConfig, attainment: float, peak_n: int | None = None) -> Sizing:
     """Pool sizes for the baselines; peak_n given skips the search for static peak."""
     if peak_n is not None and peak_n < 1:
         raise ValueError(f"static peak must be >= 1 replica, got {peak_n}")
@@ -72,9 +73,9 @@ def size(trace: list[Request], cfg: SimConfig, attainment: float, peak_n: int | 
 
 
 def build(name: str, sizing: Sizing, ours: AutoscalerPolicy, kpa_target: float) -> Scaler:
-    lo, hi, init = ours.min_replicas, sizing.max_replicas, max(sizing.initial, ours.min_replicas)
+    lo, hi, init = ours.replicas_min, sizing.max_replicas, max(sizing.initial, ours.replicas_min)
     if name == "floodway":
-        return Scaler(name, decide, replace(ours, max_replicas=hi), init)
+        return Scaler(name, decide, replace(ours, replicas_max=hi), init)
     if name == "static-peak":
         return Scaler(name, bl.decide_static, bl.StaticPolicy(sizing.static_peak), sizing.static_peak)
     if name == "static-mean":
@@ -87,7 +88,7 @@ def build(name: str, sizing: Sizing, ours: AutoscalerPolicy, kpa_target: float) 
     return Scaler(name, bl.decide_kpa, bl.KpaPolicy(kpa_target, lo, hi), init)
 
 
-def run(trace: list[Request], specs: list[str], cfg: SimConfig, ours: AutoscalerPolicy,
+def run(trace: list[TraceRequest], specs: list[str], cfg: SimConfig, ours: AutoscalerPolicy,
         sizing: Sizing | None = None) -> tuple[Sizing, list[SimResult]]:
     """Simulate each policy spec ('kpa', 'floodway+overflow', ...); the overflow settings come from cfg."""
     parsed = [parse_policy(s) for s in specs]

@@ -21,85 +21,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from floodway.engine.server.metrics import ITL_BUCKETS, TTFT_BUCKETS
 from floodway.operator.autoscaler.policy import ScalerState
-from floodway.operator.autoscaler.signals import EngineSample, GatewaySample, Scrape, Signals, observe, signals_between
+from floodway.operator.autoscaler.signals import GatewaySample, Scrape, Signals, signals_between
 from floodway.operator.controller.scaling import instant_signals
-from floodway.operator.gateway import overflow as ov
-from floodway.operator.gateway.routing import PrefixPolicy
-from floodway.operator.simulator.gateway import Gateway
-from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
-from floodway.operator.simulator.traces import Request
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    profile: ReplicaProfile = field(default_factory=ReplicaProfile)
-    cold_start_s: float = 120.0
-    ttft_slo_s: float = 0.5
-    tpot_slo_s: float = 0.05
-    overflow: ov.OverflowPolicy = field(default_factory=ov.OverflowPolicy)  # enabled=False: no overflow
-    external_ttft_s: float = 0.4
-    external_tpot_s: float = 0.03
-    sample_s: float = 10.0
-    # The gateway's PoolState.waiting: engines' waiting queues only (as scraped), or also the requests still in
-    # prefill (the gateway knows its own requests without a first byte): those delay TTFT just as much.
-    waiting_includes_prefill: bool = False
-    # The gateway's predicted TTFT: from the prefill tokens ahead of the request on the replica it would pick
-    # (as the gateway does: engines export floodway_num_prefill_tokens_waiting), or from waiting counts and
-    # an end-to-end latency average (the former gateway's rule, for comparison).
-    ttft_from_prefill_backlog: bool = True
-    # With it, the rate that backlog is divided by: the one each replica exports from its step times (our engine's
-    # floodway_prefill_tokens_per_second), or, as the gateway does for runtimes that export none (vLLM), the
-    # prompt tokens/s earlier answers showed up to their first token (EWMA 0.2). The gateway learns the latter
-    # either way: it stands in for a replica that has timed no prefill yet.
-    learned_prefill_rate: bool = False
-    # TPOT protection in the replicas (the engine's --tpot-slo-ms at the TPOT SLO, as the operator renders it).
-    prefill_budget: bool = True
-    # Prefix caching in the replicas and the gateway's router: None (not modelled), "load" or "prefix".
-    prefix: str | None = None
-    prefix_policy: PrefixPolicy = field(default_factory=PrefixPolicy)
+from floodway.operator.simulator.config import SimConfig
+from floodway.operator.simulator.gateway import SimGateway
+from floodway.operator.simulator.replica import Replica, SimRequest
+from floodway.operator.simulator.slot import ReplicaSlot
+from floodway.operator.simulator.traces import TraceRequest
 
 
 @dataclass(frozen=True)
 class Scaler:
-    """A policy to simulate: decide(state, signals, policy, now) -> Decision, its policy and start size."""
+    """A policy to simulate: decide(state, signals, policy, now) -> ScaleDecision, its policy and start size."""
 
     name: str
     decide: Callable
     policy: Any
     initial_replicas: int
-
-
-@dataclass
-class Slot:
-    started_s: float
-    replica: Replica | None = None  # set when ready
-    ended_s: float | None = None
-    draining: bool = False
-    last_busy_s: float = 0.0  # replica busy time and clock at the last tick, for utilisation
-    util_since: float = 0.0
-    # What its engine exports: cumulative histograms {upper bound: count}, finished requests, prompt tokens.
-    ttft: dict = field(default_factory=lambda: dict.fromkeys((*TTFT_BUCKETS, math.inf), 0))
-    tpot: dict = field(default_factory=lambda: dict.fromkeys((*ITL_BUCKETS, math.inf), 0))
-    finished: int = 0
-    prompt_tokens: int = 0
-    # What the gateway keeps of it as a backend.
-    recent_work: float = 0.0  # the work sent here (routing.sent_work), decayed to recent_at
-    recent_at: float = 0.0
-    hold: ov.SlotHold = ov.SlotHold()  # the gateway's estimate of how long requests hold a batch slot here
-    hold_at: float = 0.0
-
-    def observe(self, r: SimRequest) -> None:
-        observe(self.ttft, r.first_token_s - r.arrival_s)
-        if r.output > 1:
-            observe(self.tpot, (r.finish_s - r.first_token_s) / (r.output - 1))
-        self.finished += 1
-
-    def sample(self) -> EngineSample:
-        rep = self.replica
-        return EngineSample(rep.running, rep.waiting, rep.kv_usage, dict(self.ttft), dict(self.tpot), True,
-                            self.finished, self.prompt_tokens)
 
 
 @dataclass
@@ -116,7 +55,7 @@ class SimResult:
 
 
 class Simulation:
-    def __init__(self, trace: list[Request], scaler: Scaler, config: SimConfig):
+    def __init__(self, trace: list[TraceRequest], scaler: Scaler, config: SimConfig):
         if not trace:
             raise ValueError("empty trace")
         self.cfg, self.scaler = config, scaler
@@ -124,10 +63,10 @@ class Simulation:
             raise ValueError(f"prefix must be None, 'load' or 'prefix', got {config.prefix!r}")
         self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, r.blocks) for r in trace]
         self.end = self.reqs[-1].arrival_s
-        self.slots: list[Slot] = []
+        self.slots: list[ReplicaSlot] = []
         self.events: list = []
         self._seq = 0
-        self.gateway = Gateway(config)
+        self.gateway = SimGateway(config)
         self.state = ScalerState(replicas=scaler.initial_replicas)
         self.last_scrape: Scrape | None = None
         self.timeline: list[dict] = []
@@ -142,19 +81,19 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self.events, (t, self._seq, kind, data))
 
-    def _new_slot(self, t: float) -> Slot:
-        slot = Slot(t)
+    def _new_slot(self, t: float) -> ReplicaSlot:
+        slot = ReplicaSlot(t)
         self.slots.append(slot)
         return slot
 
-    def _on_finish(self, r: SimRequest, slot: Slot) -> None:
+    def _on_finish(self, r: SimRequest, slot: ReplicaSlot) -> None:
         slot.observe(r)
         self.gateway.on_finish(r)
 
-    def _active(self) -> list[Slot]:
+    def _active(self) -> list[ReplicaSlot]:
         return [s for s in self.slots if s.replica is not None and s.ended_s is None]
 
-    def _routable(self) -> list[Slot]:
+    def _routable(self) -> list[ReplicaSlot]:
         return [s for s in self._active() if not s.draining]
 
     def _advance(self, t: float) -> None:
@@ -174,7 +113,7 @@ class Simulation:
             self._push(t + 1.0, "hold")
 
     # -- replicas and the autoscaler -------------------------------------------------------------------
-    def _ready(self, slot: Slot, t: float) -> None:
+    def _ready(self, slot: ReplicaSlot, t: float) -> None:
         slo = self.cfg.tpot_slo_s if self.cfg.prefill_budget else None
         slot.replica = Replica(self.cfg.profile, t, lambda r: self._on_finish(r, slot), slo,
                                prefix_cache=self.cfg.prefix is not None)
@@ -250,7 +189,7 @@ class Simulation:
                     continue
                 if kind == "tick":
                     self._tick(t)
-                    self._push(t + self.scaler.policy.interval_s, "tick")
+                    self._push(t + self.scaler.policy.interval_seconds, "tick")
                 elif kind == "sample":
                     self._sample(t)
                     self._push(t + self.cfg.sample_s, "sample")
@@ -279,5 +218,5 @@ class Simulation:
                 s.replica.advance_to(s.replica.now + 3600.0)
 
 
-def simulate(trace: list[Request], scaler: Scaler, config: SimConfig | None = None) -> SimResult:
+def simulate(trace: list[TraceRequest], scaler: Scaler, config: SimConfig | None = None) -> SimResult:
     return Simulation(trace, scaler, config or SimConfig()).run()

@@ -12,10 +12,11 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from random import Random
-from typing import TYPE_CHECKING
 
 from floodway.operator.autoscaler.signals import observe
 from floodway.operator.gateway import overflow as ov
+from floodway.operator.gateway import overflow_budget as ob
+from floodway.operator.gateway import ttft as tt
 from floodway.operator.gateway.routing import (
     BackendLoad,
     RoutingWeights,
@@ -25,27 +26,26 @@ from floodway.operator.gateway.routing import (
     sent_work,
     uncached_tokens,
 )
+from floodway.operator.simulator.config import SimConfig
 from floodway.operator.simulator.replica import SimRequest
-
-if TYPE_CHECKING:
-    from floodway.operator.simulator.des import SimConfig, Slot
+from floodway.operator.simulator.slot import ReplicaSlot
 
 
 @dataclass(frozen=True)
-class Choice:
-    """Where the gateway would send a request (the gateway's backends.Choice, on a replica slot)."""
+class SlotChoice:
+    """Where the gateway would send a request (the gateway's backends.BackendChoice, on a replica slot)."""
 
-    slot: "Slot"
+    slot: ReplicaSlot
     uncached: int  # prompt tokens it likely has to prefill there
     recent_work: float  # the slot's recent work once it takes the request
 
 
-class Gateway:
-    def __init__(self, cfg: "SimConfig"):
+class SimGateway:
+    def __init__(self, cfg: SimConfig):
         self.cfg = cfg
         self.rng = Random(0)  # the routing's power-of-two choices and ties
         self.held: deque[SimRequest] = deque()
-        self.budget = ov.BudgetState()
+        self.budget = ob.BudgetState()
         self.e2e_ewma: float | None = None
         self.prefill_rate: float | None = None  # the learned rate, from its answers so far
         self._unsampled: list[tuple[SimRequest, float, float, int]] = []  # (request, backlog, sent at, uncached)
@@ -57,7 +57,7 @@ class Gateway:
         e2e = r.finish_s - r.arrival_s
         self.e2e_ewma = e2e if self.e2e_ewma is None else (1 - a) * self.e2e_ewma + a * e2e
 
-    def arrive(self, ready: list["Slot"], r: SimRequest, t: float) -> bool:
+    def arrive(self, ready: list[ReplicaSlot], r: SimRequest, t: float) -> bool:
         """Route a new request; True when it is the first one held (the caller's cue to retry in a second)."""
         self.requests += 1
         if self._dispatch(ready, r, t, held=False):
@@ -65,7 +65,7 @@ class Gateway:
         self.held.append(r)
         return len(self.held) == 1
 
-    def drain(self, ready: list["Slot"], t: float) -> bool:
+    def drain(self, ready: list[ReplicaSlot], t: float) -> bool:
         """Retry the held requests in order; True while some stay held."""
         keep = deque()
         while self.held:
@@ -75,7 +75,7 @@ class Gateway:
         self.held = keep
         return bool(self.held)
 
-    def _choose(self, ready: list["Slot"], r: SimRequest, t: float) -> Choice | None:
+    def _choose(self, ready: list[ReplicaSlot], r: SimRequest, t: float) -> SlotChoice | None:
         """The gateway's choice (BackendTable.choose); nothing recorded until `_dispatch` sends the request there,
         as the overflow rule reads the choice first. None: no replica ready."""
         weights = RoutingWeights()
@@ -90,7 +90,7 @@ class Gateway:
             uncached = uncached_tokens(r.prompt, hits[chosen.id])
         else:
             chosen, uncached = pick(loads, self.rng, weights), r.prompt
-        return Choice(ready[int(chosen.id)], uncached, chosen.recent_work + sent_work(uncached, weights))
+        return SlotChoice(ready[int(chosen.id)], uncached, chosen.recent_work + sent_work(uncached, weights))
 
     def _learn_prefill_rate(self, t: float) -> None:
         """The real gateway's rate samples (overflow.prefill_rate_sample) of the first tokens seen by `t`, in the
@@ -100,10 +100,10 @@ class Gateway:
             return
         self._unsampled = [x for x in self._unsampled if x[0].first_token_s is None or x[0].first_token_s > t]
         for req, backlog, sent, uncached in sorted(seen, key=lambda x: x[0].first_token_s):
-            sample = ov.prefill_rate_sample(backlog, uncached, req.first_token_s - sent)
-            self.prefill_rate = ov.learned_prefill_rate(self.prefill_rate, sample)
+            sample = tt.prefill_rate_sample(backlog, uncached, req.first_token_s - sent)
+            self.prefill_rate = tt.learned_prefill_rate(self.prefill_rate, sample)
 
-    def _pool(self, ready: list["Slot"], choice: Choice | None, t: float) -> ov.PoolState:
+    def _pool(self, ready: list[ReplicaSlot], choice: SlotChoice | None, t: float) -> ov.PoolState:
         n = len(ready)
         waiting = sum(s.replica.waiting for s in ready)
         if self.cfg.waiting_includes_prefill:
@@ -113,18 +113,18 @@ class Gateway:
         if choice and self.cfg.ttft_from_prefill_backlog:
             self._learn_prefill_rate(t)
             slot, rep = choice.slot, choice.slot.replica
-            slot.hold, slot.hold_at = ov.slot_hold_update(slot.hold, rep.running, slot.finished, t - slot.hold_at), t
+            slot.hold, slot.hold_at = tt.slot_hold_update(slot.hold, rep.running, slot.finished, t - slot.hold_at), t
             engine_rate = None if self.cfg.learned_prefill_rate else rep.prefill_rate
-            wait = ov.admission_wait_s(slot.hold.mean_s, rep.running + rep.waiting, rep.p.max_num_seqs, rep.backlog,
+            wait = tt.admission_wait_s(slot.hold.mean_s, rep.running + rep.waiting, rep.p.max_num_seqs, rep.backlog,
                                        choice.uncached, rep.kv_usage, rep.p.kv_capacity_tokens)
-            pred = ov.predict_ttft_from_backlog(rep.backlog, choice.uncached, engine_rate, self.prefill_rate, wait)
+            pred = tt.predict_ttft_from_backlog(rep.backlog, choice.uncached, engine_rate, self.prefill_rate, wait)
         elif choice:
             # The request's own prefill time stands in for the gateway's base TTFT estimate.
             base = choice.uncached / self.cfg.profile.prefill_tokens_per_s
-            pred = ov.predict_ttft_s(waiting / n, running / n, self.e2e_ewma, base)
+            pred = tt.predict_ttft_s(waiting / n, running / n, self.e2e_ewma, base)
         return ov.PoolState(ready=n, waiting=waiting, predicted_ttft_s=pred, held=len(self.held), budget=self.budget)
 
-    def _dispatch(self, ready: list["Slot"], r: SimRequest, t: float, held: bool) -> bool:
+    def _dispatch(self, ready: list[ReplicaSlot], r: SimRequest, t: float, held: bool) -> bool:
         """Route one request by the gateway's overflow rule; False when it stays held."""
         pol = self.cfg.overflow
         info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
@@ -147,7 +147,7 @@ class Gateway:
                 self._unsampled.append((r, backlog, t, r.left))
             best.prompt_tokens += r.prompt
         elif d.target == "overflow":
-            self.budget = ov.budget_take(self.budget, pol.budget, info.tokens, t)
+            self.budget = ob.budget_take(self.budget, pol.budget, info.tokens, t)
             r.where, r.first_token_s = "overflow", t + self.cfg.external_ttft_s
             r.finish_s = r.first_token_s + max(r.output - 1, 0) * self.cfg.external_tpot_s
             self.overflowed += 1

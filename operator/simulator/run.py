@@ -2,9 +2,9 @@
 
 from dataclasses import dataclass, replace
 
-from floodway.operator.gateway.overflow import BudgetLimits
+from floodway.operator.gateway.overflow_budget import BudgetLimits
 from floodway.operator.simulator import compare
-from floodway.operator.simulator.des import SimConfig
+from floodway.operator.simulator.config import SimConfig
 from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.simulator.report import plot, summarize, table
 from floodway.operator.simulator.scenarios import SCENARIOS, Scenario
@@ -74,7 +74,7 @@ def prepare(opts: Options):
                           opts.scale_to_zero_s, opts.overflow_max_waiting)
     ours, overflow = policies(spec)
     ours = replace(ours, overflow_share=_pick(opts.overflow_share, ours.overflow_share))
-    overflow = replace(overflow, enabled=False, budget=BudgetLimits(requests_per_minute=opts.overflow_rpm),
+    overflow = replace(overflow, enabled=False, budget=BudgetLimits(max_requests_per_minute=opts.overflow_rpm),
                        predicted_ttft_factor=_pick(opts.overflow_ttft_factor, overflow.predicted_ttft_factor))
     cfg = SimConfig(profile=profile, cold_start_s=opts.cold_start_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
                     waiting_includes_prefill=opts.waiting_includes_prefill,

@@ -21,8 +21,7 @@ class Scenario:
 SCENARIOS = {
     "azure-4x": Scenario("azure-conv", "Azure 2023 conversation trace replayed 4x faster (58 min -> 15 min)",
                          compress=4.0),
-    # 2x: the one compression (of 1.5x-32x) at which a clairvoyant schedule reaches 70% of static peak
-    # (bound.py), and only with the gateway predicting TTFT from the prefill backlog (--prefill-backlog-ttft).
+    # 2x: a compression at which foresight (bound.py) saves replica-hours over static peak.
     "azure-2x": Scenario("azure-conv", "Azure 2023 conversation trace replayed 2x faster (58 min -> 29 min)",
                          compress=2.0),
     "mooncake": Scenario("mooncake", "Mooncake conversation trace (long prompts), 3 s ticks spread",

@@ -12,6 +12,8 @@ from floodway.operator.render.gateway import gateway_config
 from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.spec import InferenceServiceSpec
 
+# The simulated service's replicas.max.
+MAX_REPLICAS = 8
 # The simulated external API (gateway.py answers for it); the gateway config needs an address and a key.
 SIMULATED_API = {"enabled": True, "baseURL": "http://overflow.simulated/v1",
                  "apiKeySecretRef": {"name": "simulated", "key": "api-key"}}
@@ -40,7 +42,7 @@ def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float
     return InferenceServiceSpec.model_validate({
         "model": profile.model,
         "engine": {"maxNumSeqs": profile.max_num_seqs, "maxNumBatchedTokens": profile.max_num_batched_tokens},
-        "replicas": {"min": 0 if scale_to_zero_s is not None else 1, "max": AutoscalerPolicy.max_replicas},
+        "replicas": {"min": 0 if scale_to_zero_s is not None else 1, "max": MAX_REPLICAS},
         "slo": {"ttftMs": ttft_slo_s * 1000, "tpotMs": tpot_slo_s * 1000, "attainment": attainment},
         "autoscaling": autoscaling, "overflow": overflow})
 

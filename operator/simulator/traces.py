@@ -1,6 +1,6 @@
-"""Request traces: loaders for the real traces vendored in data/traces and synthetic burst generators.
+"""TraceRequest traces: loaders for the real traces vendored in data/traces and synthetic burst generators.
 
-A trace is a list of Request(arrival_s, prompt_tokens, output_tokens) sorted by arrival, starting near 0;
+A trace is a list of TraceRequest(arrival_s, prompt_tokens, output_tokens) sorted by arrival, starting near 0;
 Mooncake's requests also carry their prompt's block ids (`blocks`, BLOCK_TOKENS tokens each), shared where
 requests share a prefix.
 """
@@ -26,7 +26,7 @@ BLOCK_TOKENS = 512  # tokens per block id of Mooncake's hash_ids
 
 
 @dataclass(frozen=True)
-class Request:
+class TraceRequest:
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
@@ -61,7 +61,7 @@ def open_trace(path: str | os.PathLike):
     return gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")
 
 
-def load_trace(path: str | os.PathLike) -> list[Request]:
+def load_trace(path: str | os.PathLike) -> list[TraceRequest]:
     """Load a CSV (Azure columns) or JSONL (Mooncake fields) trace; arrivals are shifted to start at 0."""
     path = Path(path)
     kind = path.suffixes[-2] if path.suffix == ".gz" and len(path.suffixes) > 1 else path.suffix
@@ -78,7 +78,7 @@ def load_trace(path: str | os.PathLike) -> list[Request]:
     return [replace(r, arrival_s=r.arrival_s - t0) for r in reqs]
 
 
-def _load_azure_csv(path: Path) -> list[Request]:
+def _load_azure_csv(path: Path) -> list[TraceRequest]:
     out = []
     with open_trace(path) as f:
         reader = csv.DictReader(f)
@@ -93,13 +93,13 @@ def _load_azure_csv(path: Path) -> list[Request]:
                     head, frac = ts.split(".", 1)
                     ts = f"{head}.{frac[:6]}"
                 t = datetime.fromisoformat(ts).timestamp()
-                out.append(Request(t, int(row["ContextTokens"]), int(row["GeneratedTokens"])))
+                out.append(TraceRequest(t, int(row["ContextTokens"]), int(row["GeneratedTokens"])))
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{path}:{i}: bad row: {e}") from None
     return out
 
 
-def _load_mooncake_jsonl(path: Path) -> list[Request]:
+def _load_mooncake_jsonl(path: Path) -> list[TraceRequest]:
     out = []
     with open_trace(path) as f:
         for i, line in enumerate(f, start=1):
@@ -107,21 +107,21 @@ def _load_mooncake_jsonl(path: Path) -> list[Request]:
                 continue
             try:
                 d = json.loads(line)
-                out.append(Request(d["timestamp"] / 1000.0, int(d["input_length"]), int(d["output_length"]),
+                out.append(TraceRequest(d["timestamp"] / 1000.0, int(d["input_length"]), int(d["output_length"]),
                                    tuple(d.get("hash_ids") or ())))
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}:{i}: bad record: {e!r}") from None
     return out
 
 
-def compress(trace: list[Request], factor: float) -> list[Request]:
+def compress(trace: list[TraceRequest], factor: float) -> list[TraceRequest]:
     """Replay `factor` times faster (same requests, arrival times divided by factor)."""
     if factor <= 0:
         raise ValueError(f"compression factor must be > 0, got {factor}")
     return [replace(r, arrival_s=r.arrival_s / factor) for r in trace]
 
 
-def spread_ticks(trace: list[Request], tick_s: float, seed: int = 0) -> list[Request]:
+def spread_ticks(trace: list[TraceRequest], tick_s: float, seed: int = 0) -> list[TraceRequest]:
     """Spread requests that share a quantized timestamp uniformly over the tick (Mooncake's 3 s ticks)."""
     rng = random.Random(seed)
     out = [replace(r, arrival_s=r.arrival_s + rng.uniform(0, tick_s)) for r in trace]
@@ -140,7 +140,7 @@ def _poisson(rate_fn, duration_s: float, seed: int, prompt_tokens, output_tokens
         if t >= duration_s:
             return out
         if rng.random() * max_rate <= rate_fn(t):
-            out.append(Request(t, _draw(rng, prompt_tokens), _draw(rng, output_tokens)))
+            out.append(TraceRequest(t, _draw(rng, prompt_tokens), _draw(rng, output_tokens)))
 
 
 def _draw(rng: random.Random, mean: int) -> int:
@@ -151,7 +151,7 @@ def _draw(rng: random.Random, mean: int) -> int:
 
 def idle_then_burst(base_rate: float = 0.5, burst_rate: float = 20.0, duration_s: float = 1800.0,
                     burst_at_s: float = 600.0, burst_len_s: float = 120.0, bursts: int = 2, gap_s: float = 600.0,
-                    prompt_tokens: int = 1000, output_tokens: int = 200, seed: int = 0) -> list[Request]:
+                    prompt_tokens: int = 1000, output_tokens: int = 200, seed: int = 0) -> list[TraceRequest]:
     """Low background traffic with `bursts` bursts of `burst_rate` req/s lasting `burst_len_s`, `gap_s` apart."""
     def rate(t):
         for k in range(bursts):
@@ -163,7 +163,7 @@ def idle_then_burst(base_rate: float = 0.5, burst_rate: float = 20.0, duration_s
 
 
 def steps(rates: list[float], step_s: float = 300.0, prompt_tokens: int = 1000, output_tokens: int = 200,
-          seed: int = 0) -> list[Request]:
+          seed: int = 0) -> list[TraceRequest]:
     """Piecewise-constant rate: rates[i] req/s during [i*step_s, (i+1)*step_s)."""
     if not rates or min(rates) < 0:
         raise ValueError("rates must be a non-empty list of non-negative numbers")
@@ -172,7 +172,7 @@ def steps(rates: list[float], step_s: float = 300.0, prompt_tokens: int = 1000, 
 
 
 def on_off(on_rate: float = 10.0, on_s: float = 60.0, off_s: float = 240.0, duration_s: float = 1800.0,
-           prompt_tokens: int = 1000, output_tokens: int = 200, seed: int = 0) -> list[Request]:
+           prompt_tokens: int = 1000, output_tokens: int = 200, seed: int = 0) -> list[TraceRequest]:
     """Alternating on (on_rate req/s) and off (no traffic) periods."""
     return _poisson(lambda t: on_rate if (t % (on_s + off_s)) < on_s else 0.0, duration_s, seed,
                     prompt_tokens, output_tokens, on_rate)
@@ -185,7 +185,7 @@ def _lognormal(rng: random.Random, median: float, sigma: float) -> int:
 def spiky(duration_s: float = 3420.0, quiet_rate: float = 0.05, busy_rate: float = 2.2, burst_rate: float = 24.0,
           quiet_s: float = 150.0, busy_s: float = 300.0, burst_s: float = 20.0, clump: float = 4.0,
           prompt_median: int = 1469, prompt_sigma: float = 0.82, output_median: int = 13, output_sigma: float = 1.24,
-          seed: int = 0) -> list[Request]:
+          seed: int = 0) -> list[TraceRequest]:
     """Prefill-heavy spiky traffic shaped like the held-out trace of issue 15: near-silent spells, busy spells
     and short bursts (exponential durations with the given means; a spell of silence is followed by a burst),
     arrivals in clumps of `clump` requests on average within 0.2 s (users' retries and fan-out: what makes the
@@ -203,7 +203,7 @@ def spiky(duration_s: float = 3420.0, quiet_rate: float = 0.05, busy_rate: float
             if t >= end:
                 break
             for _ in range(1 + int(rng.expovariate(1 / (clump - 1))) if clump > 1 else 1):
-                out.append(Request(t + rng.uniform(0, 0.2), _lognormal(rng, prompt_median, prompt_sigma),
+                out.append(TraceRequest(t + rng.uniform(0, 0.2), _lognormal(rng, prompt_median, prompt_sigma),
                                    _lognormal(rng, output_median, output_sigma)))
         t, state = end, rng.choice(nxt[state])
     out.sort(key=lambda r: r.arrival_s)
@@ -211,20 +211,20 @@ def spiky(duration_s: float = 3420.0, quiet_rate: float = 0.05, busy_rate: float
 
 
 def diurnal(low_rate: float = 0.5, high_rate: float = 6.0, period_s: float = 3600.0, duration_s: float = 3600.0,
-            prompt_tokens: int = 1000, output_tokens: int = 200, seed: int = 0) -> list[Request]:
+            prompt_tokens: int = 1000, output_tokens: int = 200, seed: int = 0) -> list[TraceRequest]:
     """A day compressed into `period_s`: the rate ramps between low and high along a cosine (trough at 0)."""
     def rate(t):
         return low_rate + (high_rate - low_rate) * (1 - math.cos(2 * math.pi * t / period_s)) / 2
     return _poisson(rate, duration_s, seed, prompt_tokens, output_tokens, max(low_rate, high_rate))
 
 
-def burstiness(trace: list[Request], window_s: float = 1.0) -> float:
+def burstiness(trace: list[TraceRequest], window_s: float = 1.0) -> float:
     """The busiest `window_s` window's rate over the trace's mean rate."""
     mean, peak = rate_stats(trace, window_s)
     return peak / mean if mean else 0.0
 
 
-def per_span(trace: list[Request], span_s: float, size=lambda r: 1) -> list[float]:
+def per_span(trace: list[TraceRequest], span_s: float, size=lambda r: 1) -> list[float]:
     """The trace's requests (or `size` of each) summed per `span_s` span from 0 to its last arrival."""
     out = [0.0] * (int(trace[-1].arrival_s // span_s) + 1)
     for r in trace:
@@ -232,7 +232,7 @@ def per_span(trace: list[Request], span_s: float, size=lambda r: 1) -> list[floa
     return out
 
 
-def rate_stats(trace: list[Request], window_s: float = 60.0) -> tuple[float, float]:
+def rate_stats(trace: list[TraceRequest], window_s: float = 60.0) -> tuple[float, float]:
     """(mean, peak) arrival rate over windows of window_s seconds."""
     if not trace:
         return 0.0, 0.0
@@ -250,7 +250,7 @@ def _param(key: str, value: str):
     return int(value) if key in ints else float(value)
 
 
-def trace_from_spec(spec: str, root: str | os.PathLike | None = None, seed: int = 0) -> list[Request]:
+def trace_from_spec(spec: str, root: str | os.PathLike | None = None, seed: int = 0) -> list[TraceRequest]:
     """'azure-conv', 'mooncake', a .csv/.jsonl path, or a generator with parameters such as
     'idle-burst:burst_rate=30,burst_len_s=600' or 'steps:rates=2/10/4,step_s=300'."""
     name, _, args = spec.partition(":")

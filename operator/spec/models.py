@@ -5,15 +5,10 @@ import posixpath
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from floodway.operator.autoscaler.policy import AutoscalerPolicy
-from floodway.operator.gateway.overflow import OverflowPolicy
-from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
 from floodway.operator.runtimes import RUNTIMES
 from floodway.operator.spec.base import Rule, SpecModel
 from floodway.operator.spec.model_source import MODELS_DIR, CacheClaim, ModelClaim, ModelShapeSpec
 from pydantic import Field, WithJsonSchema
-
-_POLICY = AutoscalerPolicy()  # the autoscaler's tuned defaults are the spec's defaults
 
 # A Kubernetes resource quantity (the API server's own pattern), so a typo fails at apply, not at pod creation.
 QUANTITY = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)"
@@ -210,45 +205,46 @@ class SLOSpec(SpecModel):
 
 
 class AutoscalingSpec(SpecModel):
-    """Scaling policy (floodway.operator.autoscaler.policy; defaults tuned with `floodway simulate`)."""
+    """Scaling policy. The autoscaler (operator/autoscaler/policy.py) takes these fields under the same names; the
+    defaults are the ones `floodway simulate` tuned."""
 
     enabled: bool = True
     """When false, the service runs replicas.min replicas."""
     mode: Literal["floodway", "external"] = "floodway"
     """floodway: the operator's own autoscaler sets the replicas. external: HPA or KEDA sets replicas.count
     through the scale subresource and the operator follows it (see the chart's examples/external-autoscaling)."""
-    interval_seconds: float = Field(_POLICY.interval_s, gt=0)
+    interval_seconds: float = Field(5.0, gt=0)
     """Seconds between two autoscaler decisions."""
     target_concurrency: float | None = Field(None, gt=0)
     """Requests in flight (running plus queued) per replica at which a replica still meets the SLO. Unset: 5/8 of
     engine.maxNumSeqs (the rest of the batch is headroom for the arrivals of a decision interval)."""
-    kv_cache_target: float = Field(_POLICY.kv_target, gt=0, le=1)
+    kv_cache_target: float = Field(0.85, gt=0, le=1)
     """KV-cache usage per replica the autoscaler keeps below."""
-    scale_up_window_seconds: float = Field(_POLICY.scale_up_window_s, gt=0)
+    scale_up_window_seconds: float = Field(60.0, gt=0)
     """Window over which demand is averaged for scaling up."""
-    max_scale_up_step: int = Field(_POLICY.max_step_up, ge=1)
+    max_scale_up_step: int = Field(4, ge=1)
     """Most replicas added by one decision (panic mode excepted)."""
-    panic_threshold: float = Field(_POLICY.panic_threshold, ge=1)
+    panic_threshold: float = Field(2.0, ge=1)
     """Demand over ready capacity ratio that jumps to the needed replicas at once and blocks scale-down."""
-    panic_hold_seconds: float = Field(_POLICY.panic_hold_s, ge=0)
+    panic_hold_seconds: float = Field(60.0, ge=0)
     """How long scale-down stays blocked after a panic."""
-    scale_down_stabilization_seconds: float = Field(_POLICY.scale_down_stabilization_s, ge=0)
+    scale_down_stabilization_seconds: float = Field(180.0, ge=0)
     """Replicas are removed only if the peak demand of this window fits the smaller pool."""
-    scale_down_utilization: float = Field(_POLICY.scale_down_utilization, gt=0, le=1)
+    scale_down_utilization: float = Field(0.7, gt=0, le=1)
     """Share of the smaller pool's capacity the peak demand may use for a scale-down."""
-    max_scale_down_step: int = Field(_POLICY.max_step_down, ge=1)
+    max_scale_down_step: int = Field(1, ge=1)
     """Most replicas removed by one decision."""
-    scale_down_interval_seconds: float = Field(_POLICY.scale_down_interval_s, ge=0)
+    scale_down_interval_seconds: float = Field(30.0, ge=0)
     """Least time between a replica change and the next scale-down (the smaller pool's load is seen first)."""
     scale_to_zero_after_seconds: float | None = Field(None, ge=0)
     """Idle time after which a service with replicas.min 0 scales to zero (unset: never)."""
-    slo_noise_z: float = Field(_POLICY.slo_noise_z, ge=0)
+    slo_noise_z: float = Field(2.0, ge=0)
     """Standard errors below the SLO target attainment must fall before misses add a replica (0: any miss)."""
-    prefill_tokens_per_second: float = Field(_POLICY.prefill_tokens_per_s, ge=0)
+    prefill_tokens_per_second: float = Field(0.0, ge=0)
     """A replica's prefill rate in prompt tokens/s, from an engine profile (`floodway bench engine --profile-out
     FILE`, then `floodway simulate --profile FILE` prints this field): demand then also counts the prompt tokens
     arriving, not only the requests in flight. 0: requests only."""
-    decode_sequences: int = Field(int(_POLICY.decode_sequences), ge=0)
+    decode_sequences: int = Field(0, ge=0)
     """Sequences one replica decodes within slo.tpotMs, from the same profile (printed beside
     prefillTokensPerSecond): a replica is sized for at most this many requests in flight (targetConcurrency
     where that is fewer). 0: targetConcurrency alone."""
@@ -273,7 +269,7 @@ class OverflowSpec(SpecModel):
     """Model name sent to the external API; defaults to the served model name."""
     api_key_secret_ref: SecretKeyRef | None = None
     """Secret key holding the external API key; pods read it as an environment variable."""
-    max_waiting_per_replica: float = Field(OverflowPolicy.max_waiting_per_replica, ge=0)
+    max_waiting_per_replica: float = Field(4.0, ge=0)
     """Queued requests per ready replica above which new requests overflow."""
     max_requests_per_minute: int | None = Field(None, ge=0)
     """Budget of overflowed requests per minute."""
@@ -287,16 +283,16 @@ class RoutingSpec(SpecModel):
 
     prefix_aware: bool = True
     """Prefer the engine likely to hold the prompt's prefix in its KV cache; false: route on load only."""
-    prefix_weight: float = Field(PrefixPolicy.weight, ge=0)
+    prefix_weight: float = Field(4.0, ge=0)
     """Score a whole-prompt prefix hit is worth, in queued requests."""
-    prefix_load_cap: float = Field(PrefixPolicy.load_cap, ge=1)
+    prefix_load_cap: float = Field(1.3, ge=1)
     """An engine takes a request for its cache only while the work sent there lately (requests and their
     uncached prompt tokens) stays within this multiple of the pool's mean, plus prefixLoadSlack."""
-    prefix_load_slack: float = Field(PrefixPolicy.load_slack, ge=0)
+    prefix_load_slack: float = Field(1.0, ge=0)
     """Requests' worth of work an engine may take for its cache beyond prefixLoadCap times the pool's mean."""
-    prefix_min_gain: float = Field(PrefixPolicy.min_gain, ge=0, le=1)
+    prefix_min_gain: float = Field(0.1, ge=0, le=1)
     """Share of the prompt an engine must hold beyond what every engine holds to be preferred for it."""
-    prefill_unit_tokens: float = Field(RoutingWeights.prefill_unit_tokens, ge=0)
+    prefill_unit_tokens: float = Field(512.0, ge=0)
     """Prompt tokens an engine has yet to prefill (beyond its prefix cache) that weigh as much as one request
     there in the load score (0: not counted)."""
 

@@ -3,10 +3,6 @@ placing GPU pods (and refusing ones that cannot fit), the controller manager's D
 
 import json
 
-import pytest
-
-pytestmark = pytest.mark.cluster
-
 WIDGET_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
     "metadata": {"name": "widgets.test.floodway.io"},

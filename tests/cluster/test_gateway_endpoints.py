@@ -1,7 +1,9 @@
 """`floodway gateway` with `backends.kubernetes` against the real control plane: a real gateway process (with
 a ServiceAccount that may only get/list/watch EndpointSlices, the Role the operator renders for it) follows the
 EndpointSlices of a Service whose endpoints are real engine processes. A slice added, an endpoint marked
-terminating and a slice deleted each reach the gateway's routing table, and the time each took is printed.
+terminating and a slice deleted each reach the gateway's routing table within WATCH_BOUND_S. Only the watch can
+deliver them that fast: the gateway lists again only after an error or an expired watch, at refresh_s (set far
+above the bound here), and the Role is checked in force before it starts, so no error backoff is in play.
 
 The API server refuses loopback addresses in EndpointSlices (422 "may not be in the loopback range"; kwok's
 127.1.x.x pod IPs pass only because pod IPs are not checked that way), so the slices carry this machine's own
@@ -17,8 +19,11 @@ import pytest
 import yaml
 from floodway.operator import procs
 
-pytestmark = pytest.mark.cluster
 NS, SERVICE, MODEL = "gw-endpoints", "engine", "floodway/tiny-llama"
+# A change through the watch takes well under a second; 5 s is margin for a loaded 2-core machine. A gateway that
+# listed every REFRESH_S instead would meet the bound for each of the three changes only by chance (1 in 24 each).
+WATCH_BOUND_S = 5.0
+REFRESH_S = 120.0
 
 
 def own_address() -> str | None:
@@ -81,6 +86,18 @@ def api(cluster):
         "metadata": {"name": "gateway"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                                      "name": "gateway"},
         "subjects": [{"kind": "ServiceAccount", "name": "gateway", "namespace": NS}]})
+    # The gateway's ServiceAccount may list the slices before the gateway starts (RBAC caches take a moment).
+    account = config.new_client_from_config(config_file=str(cluster.service_account_kubeconfig(NS, "gateway")))
+
+    def may_list() -> bool:
+        try:
+            client.DiscoveryV1Api(account).list_namespaced_endpoint_slice(NS)
+        except client.ApiException:
+            return False
+        return True
+
+    cluster.wait_until("the gateway's Role in force", may_list, 30)
+    account.close()
     yield core, discovery
     core.delete_namespace(NS)
     api_client.close()
@@ -113,7 +130,8 @@ def complete(gateway: procs.Proc) -> httpx.Response:
                       json={"model": MODEL, "prompt": "hello", "max_tokens": 2})
 
 
-def test_gateway_follows_the_services_endpoint_slices(cluster, engines, engine_address, api, tmp_path):
+def test_gateway_follows_the_services_endpoint_slices(cluster, engines, engine_address, api, tmp_path,
+                                                      validate_reply):
     core, discovery = api
     a, b = engines
     id_a, id_b = f"engine-a:{a.port}", f"engine-b:{b.port}"
@@ -123,13 +141,14 @@ def test_gateway_follows_the_services_endpoint_slices(cluster, engines, engine_a
     config = tmp_path / "gateway.yaml"
     config.write_text(yaml.safe_dump({
         "host": "127.0.0.1", "port": port, "served_models": [MODEL], "scrape_interval_s": 0.2, "debug_state": True,
-        "backends": {"kubernetes": {"namespace": NS, "service": SERVICE, "port": "http", "refresh_s": 0.5}}}))
+        "backends": {"kubernetes": {"namespace": NS, "service": SERVICE, "port": "http", "refresh_s": REFRESH_S}}}))
     kubeconfig = cluster.service_account_kubeconfig(NS, "gateway")
     gateway = procs.start(procs.FLOODWAY_ARGV + ["gateway", "--config", str(config)], port, "/ready", timeout_s=60,
                           env={"KUBECONFIG": str(kubeconfig)}, log_path=str(tmp_path / "gateway.log"))
     try:
         first = complete(gateway)
         assert first.status_code == 200 and first.headers["x-floodway-backend"] == id_a
+        validate_reply(first)
 
         propagation = {}
         discovery.create_namespaced_endpoint_slice(NS, endpoint_slice("engine-b", engine_address, b))
@@ -148,8 +167,11 @@ def test_gateway_follows_the_services_endpoint_slices(cluster, engines, engine_a
         propagation["slice deleted"] = wait_for("engine-b dropped", lambda: not backend_ids(gateway))
         refused = complete(gateway)  # no backend left and no overflow configured
         assert refused.status_code in (429, 503) and "x-floodway-backend" not in refused.headers
+        validate_reply(refused)
         print("\nEndpointSlice change -> gateway routing table (watch): "
-              + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in propagation.items()))
+              + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in propagation.items()) + f" (bound {WATCH_BOUND_S} s)")
+        assert max(propagation.values()) <= WATCH_BOUND_S, propagation
+        assert "EndpointSlices of" not in gateway.log_tail(10**6)  # no error, hence no list after a backoff
     finally:
         started = time.monotonic()
         gateway.popen.terminate()

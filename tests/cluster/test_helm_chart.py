@@ -3,9 +3,6 @@
 
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from floodway.operator.spec.resource import SpecError, parse
 
-pytestmark = pytest.mark.cluster
 NS = "crd-tests"
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,18 +5,24 @@ server-side-apply entry (managedFields) through the takeover (the new leader's a
 after it bumps the gateway Deployment once, and no event is emitted twice."""
 
 import json
+import time
 
 import pytest
 import yaml
+from floodway.operator.controller.lease import RETRY
 from floodway.operator.procs import FLOODWAY_ARGV, free_port, start
 from floodway.operator.render import Images, Owner, render
 from floodway.operator.render.meta import MANAGER, selector_string
 from floodway.operator.spec.resource import parse
 
-pytestmark = pytest.mark.cluster
 NS = "leader"  # one of the test release's watchNamespaces (conftest.WATCHED_NAMESPACES)
 LEASE = ("floodway-system", "floodway")  # the chart's Lease: its Role names only this one
 DURATION_S = 5
+# The takeover's bound, from the Lease rules (controller/lease.py): the standby first sees the last renewal up to one
+# retry period after it was written, takes over once that record is older than the duration by its own clock, and
+# looks once per retry period: 7 s. Margin for API calls, kubectl polling and a loaded 2-core machine: 3 s. A standby
+# that waited 2.5 durations (12.5 s from the renewal it saw, so at least 11.5 s after the kill) or more fails it.
+TAKEOVER_BOUND_S = DURATION_S * (1 + 2 * RETRY) + 3.0
 NAME = "twice"
 
 
@@ -91,7 +97,12 @@ def test_the_standby_takes_over_from_a_killed_leader_and_applies_nothing_twice(c
     assert "holding lease" not in replicas["b"].log_tail(20000)  # the standby has not started reconciling
 
     replicas.pop("a").kill()  # SIGKILL: no Lease release, no clean-up
-    cluster.wait_until("replica-b holds the Lease", lambda: holder(cluster) == "replica-b", 6 * DURATION_S)
+    killed = time.monotonic()
+    cluster.wait_until("replica-b holds the Lease", lambda: holder(cluster) == "replica-b", 6 * DURATION_S, 0.1)
+    takeover_s = time.monotonic() - killed
+    print(f"\nleader killed -> standby holds the Lease: {takeover_s:.1f} s (bound {TAKEOVER_BOUND_S:.1f} s, "
+          f"lease {DURATION_S} s)")
+    assert takeover_s <= TAKEOVER_BOUND_S, f"takeover took {takeover_s:.1f} s, bound {TAKEOVER_BOUND_S:.1f} s"
     assert lease(cluster)["leaseTransitions"] == transitions + 1
 
     # A change only replica-b can act on: the gateway's config (its ConfigMap, and its Deployment's pod template).

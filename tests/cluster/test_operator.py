@@ -15,7 +15,6 @@ from floodway.operator.render import Images, Owner, render
 from floodway.operator.render.meta import selector_string
 from floodway.operator.spec.resource import parse
 
-pytestmark = pytest.mark.cluster
 NS = "serving"
 
 

@@ -10,7 +10,6 @@ import pytest
 from floodway.operator.render import Images, Owner, render
 from floodway.operator.spec.resource import parse
 
-pytestmark = pytest.mark.cluster
 WATCHED = "serving"  # one of the test release's watchNamespaces (conftest.WATCHED_NAMESPACES)
 UNWATCHED = ("kube-system", "default")
 SA = ("floodway-system", "floodway")

@@ -13,7 +13,9 @@ CPU, so the burst needs a second replica on any machine."""
 
 import concurrent.futures
 import json
+import re
 import subprocess
+import threading
 import time
 
 import httpx
@@ -21,8 +23,6 @@ import pytest
 from floodway.operator.procs import free_port, start
 from floodway_tests_chart import NS, SERVED, apply, describe, engine_pods, ready_since, ts  # loaded by conftest.py
 from openai import OpenAI
-
-pytestmark = pytest.mark.node
 
 IS = "smollm2"
 # What an InferenceService creates (the operator renders each, owned by it), besides pods.
@@ -133,11 +133,11 @@ def inference_service(node_cluster, stand_in_port: int, name: str = IS, **engine
             }}
 
 
-def chat(base_url: str, text: str, max_tokens: int = 16, stream: bool = False, local_only: bool = False):
+def chat(base_url: str, text: str, max_tokens: int = 16, local_only: bool = False):
     client = OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120.0)
     return client.chat.completions.with_raw_response.create(
         model=SERVED, messages=[{"role": "user", "content": text}], max_tokens=max_tokens, temperature=0.0,
-        stream=stream, extra_headers={"x-floodway-no-overflow": "1"} if local_only else None)
+        extra_headers={"x-floodway-no-overflow": "1"} if local_only else None)
 
 
 def test_real_model_from_the_volume_answers_through_the_gateway_service(floodway):
@@ -210,42 +210,82 @@ def test_burst_scales_up_with_overflow_then_down(floodway, overflow_stand_in):
     print(f"node tier: burst end to one engine pod {time.monotonic() - ended:.1f} s")
 
 
-def test_pod_deleted_mid_load_drains_and_loses_nothing(floodway):
+def stream_chat(base_url: str, text: str, max_tokens: int, local_only: bool,
+                first_chunk: threading.Event | None = None) -> tuple[str, int, str]:
+    """(backend, status, the SSE text) of one streamed chat answer of exactly max_tokens tokens (ignore_eos);
+    first_chunk is set when its first chunk arrives: the engine has prefilled it and it holds a batch slot."""
+    body = {"model": SERVED, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+            "temperature": 0.0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    headers = {"x-floodway-no-overflow": "1"} if local_only else {}
+    lines = []
+    with httpx.stream("POST", base_url + "/chat/completions", json=body, headers=headers, timeout=180) as r:
+        for line in r.iter_lines():
+            if first_chunk is not None and line.startswith("data: "):
+                first_chunk.set()
+            lines.append(line)
+        return r.headers.get("x-floodway-backend", ""), r.status_code, "\n".join(lines)
+
+
+# The streams running on the deleted pod: both its batch slots (maxNumSeqs 2), each 200 tokens long, so at least
+# 200 x STEP_DELAY_MS = 8 s of decoding by configuration, far past the delete reaching the pod as SIGTERM.
+RUNNING, DRAIN_TOKENS = 2, 200
+
+
+def test_pod_deleted_mid_load_drains_and_loses_nothing(floodway, validate_reply):
+    """Streams running on an engine pod when it is deleted all finish there, whole: SIGTERM takes the pod out of
+    the gateway's rotation and the engine drains what it holds within the grace period. Overflow is off for those
+    streams (the opt-out header), so the pod served them or they failed; requests sent while it drains may go
+    anywhere (overflow on)."""
     c = floodway["cluster"]
+    c.wait_until("one engine pod", lambda: len(engine_pods(c, IS)) == 1, timeout_s=180, interval_s=1.0)
     victim = engine_pods(c, IS)[0]["metadata"]["name"]
-    results: list[tuple[str, str]] = []
+    url = floodway["gateway"] + "/chat/completions"
 
-    def streamed(i: int) -> tuple[str, str]:
-        raw = chat(floodway["gateway"], f"drain request {i}", max_tokens=48, stream=True)
-        text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse() if chunk.choices)
-        return raw.headers.get("x-floodway-backend", ""), text
-
-    # The deleted pod's log goes with it: follow it now, for the failure message.
+    # The deleted pod's log goes with it: follow it now, for the drain's own count and the failure message.
     victim_log = c.dir / f"{victim}.log"
     with open(victim_log, "w") as out:
         follow = subprocess.Popen([str(c.bin / "kubectl"), "-n", NS, "logs", "-f", victim], stdout=out,
                                   stderr=subprocess.STDOUT, env=c.env())
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-            first = [pool.submit(streamed, i) for i in range(4)]  # streaming on the victim when it is deleted
-            c.wait_until("requests streaming", lambda: any(f.running() for f in first), timeout_s=10)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=RUNNING + 2) as pool:
+            firsts = [threading.Event() for _ in range(RUNNING)]
+            running = [pool.submit(stream_chat, floodway["gateway"], f"drain request {i}", DRAIN_TOKENS, True,
+                                   firsts[i]) for i in range(RUNNING)]
+            c.wait_until("both streams running on the pod", lambda: all(firsts[i].is_set() or running[i].done()
+                                                                        for i in range(RUNNING)), timeout_s=120)
+            assert not any(f.done() for f in running), [f.result() for f in running if f.done()]
             deleted = time.monotonic()
             c.kubectl("-n", NS, "delete", "pod", victim, "--wait=false")
-            later = [pool.submit(streamed, i) for i in range(4, 8)]  # sent while the pod drains
-            for f in first + later:
-                try:
-                    results.append(f.result())  # raises if any request was lost
-                except Exception as e:
-                    gateway = c.kubectl("-n", NS, "logs", f"deployment/{IS}-gateway", "--tail=40", check=False)
-                    raise AssertionError(f"{e}\nthe deleted pod's log:\n{victim_log.read_text()[-4000:]}\n"
-                                         f"gateway:\n{gateway.stdout}{gateway.stderr}\n{describe(c)}") from e
+            later = [pool.submit(stream_chat, floodway["gateway"], f"sent while draining {i}", 16, False)
+                     for i in range(2)]
+            try:
+                held = [f.result() for f in running]
+                sent_later = [f.result() for f in later]
+            except Exception as e:
+                gateway = c.kubectl("-n", NS, "logs", f"deployment/{IS}-gateway", "--tail=40", check=False)
+                raise AssertionError(f"{e}\nthe deleted pod's log:\n{victim_log.read_text()[-4000:]}\n"
+                                     f"gateway:\n{gateway.stdout}{gateway.stderr}\n{describe(c)}") from e
+        c.wait_until("the deleted pod gone", lambda: victim not in {p["metadata"]["name"] for p in c.get(
+            "-n", NS, "pods")["items"]}, timeout_s=120, interval_s=0.5)
     finally:
         follow.terminate()
-    c.wait_until("the deleted pod gone", lambda: victim not in {p["metadata"]["name"] for p in c.get(
-        "-n", NS, "pods")["items"]}, timeout_s=120, interval_s=0.5)
-    print(f"\nnode tier: pod deleted to gone (SIGTERM drain) {time.monotonic() - deleted:.1f} s; backends "
-          f"{[b for b, _ in results]}")
-    assert all(text for _, text in results), results
+    gone_s = time.monotonic() - deleted
+    log = victim_log.read_text()
+    drained = re.search(r"draining: (\d+) requests in flight", log)
+    print(f"\nnode tier: pod deleted to gone (SIGTERM drain) {gone_s:.1f} s; the pod drained "
+          f"{drained and drained.group(1)} requests; later requests served by {[b for b, _, _ in sent_later]}")
+    assert drained and int(drained.group(1)) >= RUNNING, f"the pod never drained its streams:\n{log[-3000:]}"
+    assert "drain timeout" not in log, log[-3000:]
+    for backend, status, text in held:  # whole, from the deleted pod itself
+        assert status == 200 and backend.startswith(f"{victim}:"), (backend, status, text[-500:])
+        chunks = validate_reply(url, status, text)
+        assert "error" not in chunks[-1] and text.rstrip().endswith("data: [DONE]"), text[-500:]
+        assert chunks[-1]["usage"]["completion_tokens"] == DRAIN_TOKENS, chunks[-1]
+        assert chunks[-2]["choices"][0]["finish_reason"] == "length", chunks[-2]
+    for backend, status, text in sent_later:
+        assert status == 200, (backend, status, text[-500:])
+        chunks = validate_reply(url, status, text)
+        assert "error" not in chunks[-1], (backend, text[-500:])
 
 
 def test_missing_secret_is_a_condition(floodway, node_cluster, overflow_stand_in):

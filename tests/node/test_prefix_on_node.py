@@ -33,8 +33,6 @@ from floodway_tests_chart import (  # loaded by conftest.py
 from floodway_tests_realnode import BRIDGE, sh
 from prometheus_client.parser import text_string_to_metric_families
 
-pytestmark = pytest.mark.node
-
 IS = "prefix"
 CLIENTS = list(ipaddress.ip_network("192.0.2.0/27").hosts())
 MIN_PER_REPLICA = 3  # conversations each gateway replica must route before the second turns are sent

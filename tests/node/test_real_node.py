@@ -7,9 +7,6 @@ import json
 import time
 
 import httpx
-import pytest
-
-pytestmark = pytest.mark.node
 
 NS = "node-smoke"
 

@@ -16,8 +16,6 @@ from floodway.engine.models.builtin import (
 )
 from floodway.operator.cli import app
 
-pytestmark = pytest.mark.unit
-
 
 def test_operator_import_does_not_load_torch():
     code = ("import sys, floodway.operator, floodway.operator.cli; "

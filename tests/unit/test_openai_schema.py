@@ -1,5 +1,7 @@
 """The spec validator itself: it accepts what OpenAI sends and rejects what issue 18 found in ours."""
 
+import json
+
 import pytest
 
 CHAT = {
@@ -59,3 +61,21 @@ def test_completion_stream_chunks_and_the_usage_chunk(validate_stream):
     validate_stream([piece("a"), piece("b", "length"), usage], "CreateCompletionResponse")
     with pytest.raises(AssertionError, match="not a valid"):
         validate_stream([piece("a"), piece("b", "abort")], "CreateCompletionResponse")
+
+
+def test_validate_reply_reads_a_whole_answer_as_a_client_got_it(validate_reply):
+    url = "http://gw/v1/chat/completions"
+    assert validate_reply(url, 200, json.dumps(CHAT)) == CHAT
+    error = {"error": {"message": "busy", "type": "rate_limit_error", "param": None, "code": "capacity_exceeded"}}
+    assert validate_reply(url, 429, json.dumps(error)) == error
+    with pytest.raises(AssertionError, match="not a valid ErrorResponse"):
+        validate_reply(url, 429, json.dumps({"detail": "busy"}))  # an error status must carry the spec's shape
+    chunks = [chunk({"role": "assistant", "content": ""}), chunk({"content": "a"}), chunk({}, "length")]
+    sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
+    assert validate_reply(url, 200, sse + "data: [DONE]\n\n") == chunks
+    cut = sse.rsplit("data: ", 1)[0] + f"data: {json.dumps(error)}\n\n"
+    assert validate_reply(url, 200, cut)[-1] == error  # cut after bytes reached the client: an error event ends it
+    with pytest.raises(AssertionError, match="neither"):
+        validate_reply(url, 200, sse)  # ended without [DONE] or an error event
+    with pytest.raises(AssertionError, match="never finished"):
+        validate_reply(url, 200, sse.rsplit("data: ", 1)[0] + "data: [DONE]\n\n")

@@ -5,8 +5,6 @@ import itertools
 import pytest
 from floodway.operator.procs import wait_until
 
-pytestmark = pytest.mark.unit
-
 
 def test_returns_the_first_truthy_value():
     values = iter([0, None, {}, {"ready": True}])

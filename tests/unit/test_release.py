@@ -2,7 +2,6 @@
 
 import re
 
-import pytest
 import tomllib
 import yaml
 from floodway.operator.cli import app
@@ -13,8 +12,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 from typer.testing import CliRunner
-
-pytestmark = pytest.mark.unit
 
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 DECLARED = PYPROJECT["project"]["version"]

@@ -9,8 +9,6 @@ import subprocess
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                     reason="the compiled variant needs a C++ compiler for torch.compile's CPU code")

@@ -3,10 +3,6 @@
 import json
 import subprocess
 
-import pytest
-
-pytestmark = pytest.mark.integration
-
 
 def run(cmd, timeout=300):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

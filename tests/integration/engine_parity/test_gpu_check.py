@@ -9,10 +9,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
-pytestmark = pytest.mark.integration
-
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 # Installed here but not on the GPU machines (torch and transformers only): the check must never import them.
 ABSENT = ("xgrammar", "gguf", "fastapi", "pydantic", "typer", "uvicorn", "prometheus_client", "httpx", "aiohttp",

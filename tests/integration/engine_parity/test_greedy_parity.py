@@ -5,8 +5,6 @@ import random
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 NEW_TOKENS = 16
 MODES = {
     "default": dict(),

@@ -7,8 +7,6 @@ import subprocess
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 NEW_TOKENS = 128
 EOS = 2  # <|im_end|>
 SYSTEM = ("You are a careful assistant for a small bakery. Answer briefly and politely, in plain English, and never "

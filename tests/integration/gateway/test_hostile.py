@@ -12,7 +12,7 @@ import httpx
 import pytest
 from floodway.operator import procs
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 MODEL = "floodway/tiny-llama"
 CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
@@ -48,7 +48,7 @@ def endless_head(url: str) -> bytes:
 
 
 @pytest.mark.parametrize("route", ["local", "overflow"])
-def test_bad_bodies_get_400_naming_the_field_on_every_path(engines, gateway, metric, route):
+def test_bad_bodies_get_400_naming_the_field_on_every_path(engines, gateway, metric, route, validate_reply):
     local_a, _, external = engines
     if route == "local":
         gw = gateway({"backends": {"static": [local_a.url]}, "served_models": [MODEL], "scrape_interval_s": 0.2})
@@ -58,14 +58,15 @@ def test_bad_bodies_get_400_naming_the_field_on_every_path(engines, gateway, met
     for path, body, param, words in HOSTILE:
         r = httpx.post(gw.url + path, content=body, headers={"content-type": "application/json"}, timeout=60)
         assert r.status_code == 400, (body[:80], r.status_code, r.text[:300])
-        err = r.json()["error"]
+        err = validate_reply(r)["error"]
         assert err["param"] == param and words in err["message"], (body[:80], err)
     # A body over the limit: refused on its declared length, and while reading one without (chunked).
     big = b'{"prompt": "' + b"a" * (5 * 2**20) + b'"}'
     r = httpx.post(gw.url + CMPL, content=big, headers={"content-type": "application/json"}, timeout=60)
-    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert r.status_code == 413 and validate_reply(r)["error"]["code"] == "request_too_large"
     r = httpx.post(gw.url + CMPL, content=iter([b"a" * 2**20] * 6), timeout=60)
     assert r.status_code == 413
+    validate_reply(r)
     # A head that does not end (one header, never finished) gets 431 at the gateway and at the engine.
     for url in (gw.url, local_a.url):
         assert endless_head(url).startswith(b"HTTP/1.1 431 "), url
@@ -73,6 +74,7 @@ def test_bad_bodies_get_400_naming_the_field_on_every_path(engines, gateway, met
     assert metric(gw.url, "floodway_gateway_overflow_total") == 0  # nothing reached the overflow API
     ok = httpx.post(gw.url + CMPL, json=VALID, timeout=60)  # and the next valid request is served as before
     assert ok.status_code == 200, ok.text
+    validate_reply(ok)
     assert ok.headers["x-floodway-backend"] == (local_a.url if route == "local" else "overflow")
     if route == "local":
         backends = httpx.get(gw.url + "/debug/state", timeout=10).json()["backends"]
@@ -80,14 +82,16 @@ def test_bad_bodies_get_400_naming_the_field_on_every_path(engines, gateway, met
         assert metric(gw.url, "floodway_gateway_requests_total", outcome="retried") == 0
 
 
-def test_debug_state_is_off_by_default_and_behind_the_tokens_when_on(engines, gateway, tmp_path):
+def test_debug_state_is_off_by_default_and_behind_the_tokens_when_on(engines, gateway, tmp_path, validate_reply):
     gw = gateway({"backends": {"static": [engines[0].url]}}, debug_state=False)
     r = httpx.get(gw.url + "/debug/state", timeout=10)
-    assert r.status_code == 404 and "debug_state" in r.json()["error"]["message"]
+    assert r.status_code == 404 and "debug_state" in validate_reply(r)["error"]["message"]
     tokens = tmp_path / "tokens"
     tokens.write_text("tok-alpha\n")
     gw = gateway({"backends": {"static": [engines[0].url]}, "auth": {"tokens_file": str(tokens)}})
-    assert httpx.get(gw.url + "/debug/state", timeout=10).status_code == 401
+    r = httpx.get(gw.url + "/debug/state", timeout=10)
+    assert r.status_code == 401
+    validate_reply(r)
     r = httpx.get(gw.url + "/debug/state", headers={"authorization": "Bearer tok-alpha"}, timeout=10)
     assert r.status_code == 200 and r.json()["backends"][0]["id"] == engines[0].url
 
@@ -140,9 +144,10 @@ class ScriptedEngine:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def test_only_backend_failures_retry_or_take_a_backend_out_of_rotation(gateway, metric):
-    """A request's own error (a 4xx, a 500 carrying an error body) is relayed as is, once; a connection reset,
-    a 502/503 or a bare 500 is the backend failing: retried (here there is nowhere else: 429)."""
+def test_only_backend_failures_retry_or_take_a_backend_out_of_rotation(gateway, metric, validate_reply):
+    """A request's own error (a 4xx, a 500 carrying an error body) is relayed as is, once (byte for byte: the
+    stand-in's scripted bodies, not the gateway's); a connection reset, a 502/503 or a bare 500 is the backend
+    failing: retried (here there is nowhere else: the gateway's own 429)."""
     engine = ScriptedEngine()
     try:
         gw = gateway({"backends": {"static": [engine.url]}, "scrape_interval_s": 0.2,
@@ -166,6 +171,7 @@ def test_only_backend_failures_retry_or_take_a_backend_out_of_rotation(gateway, 
         for n, prompt in enumerate(("crash-500", "bad-gateway", "unavailable", "reset"), start=1):
             r = send(prompt)
             assert r.status_code == 429 and "x-floodway-backend" not in r.headers, (prompt, r.text)
+            validate_reply(r)
             assert metric(gw.url, "floodway_gateway_requests_total", backend=engine.url, outcome="retried") == n
     finally:
         engine.server.shutdown()

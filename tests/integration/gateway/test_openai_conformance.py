@@ -13,8 +13,6 @@ import httpx
 import pytest
 from floodway.operator import procs
 
-pytestmark = pytest.mark.integration
-
 MODEL = "floodway/tiny-llama"
 CHAT = [{"role": "user", "content": "Say something."}]
 DEAD = "http://127.0.0.1:1"  # a local backend that is never ready: every request overflows

@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 from floodway.operator import procs
+from floodway.operator.bench.loadgen import send_at_rate
 from floodway.operator.gateway.backends import parse_engine_load
-from floodway.operator.gateway.loadgen import send_at_rate
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 MODEL = "floodway/tiny-llama"
 
@@ -24,7 +24,7 @@ def sse_events(text: str) -> list[str]:
     return [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
 
 
-def test_streams_pass_through_with_backend_header(engines, gateway):
+def test_streams_pass_through_with_backend_header(engines, gateway, validate_reply):
     local_a = engines[0]
     gw = gateway({"backends": {"static": [local_a.url]}, "served_models": [MODEL]})
     body = {"model": MODEL, "prompt": "once upon a time", "max_tokens": 12, "temperature": 0, "stream": True}
@@ -38,6 +38,7 @@ def test_streams_pass_through_with_backend_header(engines, gateway):
                 arrivals.append((time.perf_counter(), line[6:]))
     direct = sse_events(httpx.post(local_a.url + "/v1/completions", json=body, timeout=120).text)
     events = [e for _, e in arrivals]
+    validate_reply(gw.url + "/v1/completions", 200, "".join(f"data: {e}\n\n" for e in events))
     assert events[-1] == "[DONE]" and len(events) == len(direct)
     text = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
     assert text == "".join(json.loads(e)["choices"][0]["text"] for e in direct[:-1])  # greedy: same tokens
@@ -45,12 +46,12 @@ def test_streams_pass_through_with_backend_header(engines, gateway):
 
     plain = httpx.post(gw.url + "/v1/chat/completions", timeout=120, json={
         "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
-    assert plain.status_code == 200 and plain.json()["object"] == "chat.completion"
+    assert plain.status_code == 200 and validate_reply(plain)["object"] == "chat.completion"
     assert plain.headers["x-floodway-gateway"] == socket.gethostname()
-    assert httpx.get(gw.url + "/v1/models").json()["data"][0]["id"] == MODEL
+    assert validate_reply(httpx.get(gw.url + "/v1/models"))["data"][0]["id"] == MODEL
 
 
-def test_errors_keep_the_openai_shape(engines, gateway):
+def test_errors_keep_the_openai_shape(engines, gateway, validate_reply):
     gw = gateway({"backends": {"static": [engines[0].url]}, "served_models": [MODEL]})
     bad_json = httpx.post(gw.url + "/v1/completions", content=b"{not json", timeout=30)
     assert bad_json.status_code == 400 and "not valid JSON" in bad_json.json()["error"]["message"]
@@ -70,25 +71,33 @@ def test_errors_keep_the_openai_shape(engines, gateway):
     assert nowhere.status_code == 404 and nowhere.json()["error"]["type"] == "not_found_error"
     unnamed = httpx.post(gw.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=60)
     assert unnamed.status_code == 200 and unnamed.json()["model"] == MODEL  # as the engine serves it directly
+    for r in (bad_json, unknown, own, relayed, wrong_method, nowhere, unnamed):
+        validate_reply(r)
 
 
-def test_client_auth_with_bearer_tokens(engines, gateway, tmp_path):
+def test_client_auth_with_bearer_tokens(engines, gateway, tmp_path, validate_reply):
     tokens = tmp_path / "tokens"
     tokens.write_text("tok-alpha\ntok-beta\n")
     gw = gateway({"backends": {"static": [engines[0].url]}, "auth": {"tokens_file": str(tokens)}})
     body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
-    assert httpx.post(gw.url + "/v1/completions", json=body, timeout=60).status_code == 401
+    none = httpx.post(gw.url + "/v1/completions", json=body, timeout=60)
+    assert none.status_code == 401
     wrong = httpx.post(gw.url + "/v1/completions", json=body, headers={"authorization": "Bearer nope"}, timeout=60)
     assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
     ok = httpx.post(gw.url + "/v1/completions", json=body, headers={"authorization": "Bearer tok-beta"}, timeout=60)
     assert ok.status_code == 200
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
-    assert httpx.post(gw.url + "/v1/chat/completions", json=chat, timeout=60).status_code == 401
-    assert httpx.get(gw.url + "/v1/completions", timeout=60).status_code == 401  # the token is checked first
+    chat_refused = httpx.post(gw.url + "/v1/chat/completions", json=chat, timeout=60)
+    assert chat_refused.status_code == 401
+    wrong_method = httpx.get(gw.url + "/v1/completions", timeout=60)
+    assert wrong_method.status_code == 401  # the token is checked first
+    for r in (none, wrong, ok, chat_refused, wrong_method):
+        validate_reply(r)
     assert httpx.get(gw.url + "/metrics").status_code == 200  # scrapes and probes need no token
 
 
-def test_killed_engine_loses_no_request_that_had_not_started_streaming(gateway, tmp_path_factory, metric):
+def test_killed_engine_loses_no_request_that_had_not_started_streaming(gateway, tmp_path_factory, metric,
+                                                                      validate_reply):
     """Queues by configuration: two slow engines (two sequences each, each step at least 100 ms) get more than
     they can run, so requests wait on the victim when it is killed, whatever the machine's speed."""
     def slow_engine(name):
@@ -126,16 +135,18 @@ def test_killed_engine_loses_no_request_that_had_not_started_streaming(gateway, 
         survivor.kill()
     assert all(r.status == 200 for r in plain_results), [(r.status, r.error, r.body[:300]) for r in plain_results
                                                          if r.status != 200]
+    for r in plain_results:
+        validate_reply(gw.url + "/v1/completions", r.status, r.body)
     for r in stream_results:  # a stream either completes or, if its backend died mid-way, ends with an error
         assert r.status == 200, (r.status, r.error)
-        events = sse_events(r.body)
-        assert events[-1] == "[DONE]" or json.loads(events[-1])["error"]["code"] == "backend_failed", events[-3:]
+        chunks = validate_reply(gw.url + "/v1/completions", r.status, r.body)
+        assert sse_events(r.body)[-1] == "[DONE]" or chunks[-1]["error"]["code"] == "backend_failed", chunks[-3:]
     retried = metric(gw.url, "floodway_gateway_requests_total", backend=victim.url, outcome="retried")
     assert retried >= 1  # requests queued on the victim went to the survivor
     assert not next(b for b in httpx.get(gw.url + "/debug/state").json()["backends"] if b["id"] == victim.url)["ready"]
 
 
-def test_no_ready_backend_overflows_or_answers_429(engines, gateway, metric):
+def test_no_ready_backend_overflows_or_answers_429(engines, gateway, metric, validate_reply):
     dead = f"http://127.0.0.1:{procs.free_port()}"
     external = engines[2]
     body = {"model": MODEL, "prompt": "x", "max_tokens": 2}
@@ -143,6 +154,7 @@ def test_no_ready_backend_overflows_or_answers_429(engines, gateway, metric):
         "enabled": True, "base_url": external.url + "/v1", "model": "ext"}})
     r = httpx.post(cold.url + "/v1/completions", json=body, timeout=60)  # scale-from-zero: the API serves
     assert r.status_code == 200 and r.headers["x-floodway-backend"] == "overflow"
+    validate_reply(r)
     assert metric(cold.url, "floodway_gateway_overflow_total", reason="no_ready_backend") == 1
 
     closed = gateway({"backends": {"static": [dead]}, "overflow": {"hold_timeout_s": 1.0}}, ready_path="/health")
@@ -151,10 +163,11 @@ def test_no_ready_backend_overflows_or_answers_429(engines, gateway, metric):
     r = httpx.post(closed.url + "/v1/completions", json=body, timeout=60)
     assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
     assert 1.0 <= time.monotonic() - started < 10  # held up to its deadline, never hangs
-    assert "hold_timeout" in r.json()["error"]["message"]
+    assert "hold_timeout" in validate_reply(r)["error"]["message"]
 
 
-def test_an_engine_slower_than_the_request_timeout_gets_504_and_stays_in_rotation(engine, gateway, metric):
+def test_an_engine_slower_than_the_request_timeout_gets_504_and_stays_in_rotation(engine, gateway, metric,
+                                                                                 validate_reply):
     """A local engine that sends nothing for request_timeout_s is slow, not failed: the client gets 504 naming the
     timeout, nothing is retried (the work would start over elsewhere as late), the engine aborts it, and the
     backend stays in rotation; it used to be marked unready (here, with a 60 s scrape interval, for a minute).
@@ -171,7 +184,7 @@ def test_an_engine_slower_than_the_request_timeout_gets_504_and_stays_in_rotatio
     whole = httpx.post(gw.url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 32,
                                                          "ignore_eos": True}, timeout=60)
     assert whole.status_code == 504 and whole.headers["x-floodway-backend"] == slow.url, whole.text
-    assert whole.json()["error"]["code"] == "backend_timeout" and "request_timeout_s" in whole.text
+    assert validate_reply(whole)["error"]["code"] == "backend_timeout" and "request_timeout_s" in whole.text
     assert metric(gw.url, "floodway_gateway_requests_total", backend=slow.url, outcome="timed_out") == 1
     assert metric(gw.url, "floodway_gateway_requests_total", outcome="retried") == 0
     assert ready()
@@ -180,15 +193,17 @@ def test_an_engine_slower_than_the_request_timeout_gets_504_and_stays_in_rotatio
             "model": MODEL, "prompt": "x", "max_tokens": 8, "ignore_eos": True, "stream": True}) as r:
         assert r.status_code == 200 and r.headers["x-floodway-backend"] == slow.url
         assert r.read().decode().rstrip().endswith("data: [DONE]")
+        validate_reply(r)
 
 
-def test_a_client_leaving_a_stream_aborts_it_on_the_engine(engines, gateway, metric):
+def test_a_client_leaving_a_stream_aborts_it_on_the_engine(engines, gateway, metric, validate_openai):
     local_a = engines[0]
     gw = gateway({"backends": {"static": [local_a.url]}, "served_models": [MODEL]})
     tokens_before = metric(local_a.url, "vllm:generation_tokens_total")
     body = {"model": MODEL, "prompt": "a very long story", "max_tokens": 2000, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", gw.url + "/v1/completions", json=body, timeout=120) as r:
-        assert next(line for line in r.iter_lines() if line.startswith("data: "))
+        first = next(line for line in r.iter_lines() if line.startswith("data: "))
+    validate_openai(json.loads(first[len("data: "):]), "CreateCompletionStreamResponse")  # the one chunk read
     # The gateway closes its engine connection, so the engine stops.
     procs.wait_until(lambda: metric(gw.url, "floodway_gateway_requests_total", backend=local_a.url,
                                     outcome="client_disconnected") == 1
@@ -198,7 +213,7 @@ def test_a_client_leaving_a_stream_aborts_it_on_the_engine(engines, gateway, met
 
 
 def test_a_chat_stream_queued_on_an_engine_that_dies_is_retried_elsewhere(engines, gateway, tmp_path_factory,
-                                                                         metric):
+                                                                         metric, validate_reply):
     """The chat role chunk waits for the first token: until then nothing reached the gateway, which may still
     retry. Queued deterministically by configuration: the victim runs one sequence at a time, slowly
     (--max-num-seqs 1 --step-delay-ms), and is busy with a direct request; the survivor is frozen (unready)
@@ -227,7 +242,8 @@ def test_a_chat_stream_queued_on_an_engine_that_dies_is_retried_elsewhere(engine
     def chat_through(gw):
         with httpx.stream("POST", gw.url + "/v1/chat/completions", json=chat, timeout=120) as r:
             results["status"], results["backend"] = r.status_code, r.headers.get("x-floodway-backend")
-            results["events"] = sse_events("".join(r.iter_text()))
+            results["text"] = "".join(r.iter_text())
+            results["events"] = sse_events(results["text"])
 
     try:
         gw = gateway({"backends": {"static": [victim.url, survivor.url]}, "served_models": [MODEL],
@@ -252,6 +268,7 @@ def test_a_chat_stream_queued_on_an_engine_that_dies_is_retried_elsewhere(engine
     events = results["events"]
     assert results["status"] == 200 and results["backend"] == survivor.url, results
     assert events[-1] == "[DONE]" and "error" not in "".join(events), events[-3:]
+    validate_reply(gw.url + "/v1/chat/completions", 200, results["text"])
     deltas = [json.loads(e)["choices"][0]["delta"] for e in events[:-1] if json.loads(e)["choices"]]
     assert deltas[0]["role"] == "assistant" and "".join(d.get("content") or "" for d in deltas)
     assert metric(gw.url, "floodway_gateway_requests_total", backend=victim.url, outcome="retried") == 1

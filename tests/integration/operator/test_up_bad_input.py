@@ -5,8 +5,6 @@ import subprocess
 import pytest
 import yaml
 
-pytestmark = pytest.mark.integration
-
 BASE = {"apiVersion": "serving.floodway.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": "bad"},
         "spec": {"model": "floodway/tiny-llama", "resources": {"gpus": 0}}}
 

@@ -18,7 +18,7 @@ from floodway.operator.controller.scrape import scrape
 from floodway.operator.render.engine import engine_args, ready_path
 from floodway.operator.spec import InferenceServiceSpec
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 BUILD = Path(__file__).resolve().parents[3] / "e2e" / "llamacpp" / "build.sh"
 SERVED = "smollm2"

@@ -1,6 +1,7 @@
-"""`runtime: vllm` behind the real gateway (a real process) and read by the autoscaler's scrape. vLLM itself
-cannot run here (it needs its CUDA wheels), so vllm_standin.py stands in for it: a real HTTP server with
-exactly vLLM's documented endpoints and metric names (/health and no /ready, /v1/models, vllm:* metrics)."""
+"""`runtime: vllm` behind the real gateway (a real process) and read by the autoscaler's scrape, with
+vllm_standin.py for vLLM: a real HTTP server with exactly vLLM's endpoints and metric names (/health and no
+/ready, /v1/models, vllm:* metrics), which starts in a second. test_vllm_real.py runs vLLM itself (its CPU build)
+and checks the stand-in's metric names against vLLM's own."""
 
 import sys
 import threading
@@ -10,12 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from floodway.engine.server.bench_cli import target_model
+from floodway.engine.bench.serve_cli import target_model
 from floodway.operator import procs
 from floodway.operator.autoscaler.signals import signals_between
 from floodway.operator.controller.scrape import scrape
-
-pytestmark = pytest.mark.integration
 
 STANDIN = Path(__file__).with_name("vllm_standin.py")
 SERVED = "org/served-by-vllm"

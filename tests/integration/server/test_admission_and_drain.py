@@ -11,15 +11,19 @@ import threading
 import httpx
 import pytest
 
-pytestmark = pytest.mark.integration
-
 MAX_WAITING = 3
+DRAIN_S = 3
+# Scarcity by configuration, not by the CPU's speed: each step takes at least 50 ms, so an 8-token answer holds one of
+# the two slots for 0.4 s (a flood of 24 at once meets full slots and a full queue) and a 200-token one takes 10 s,
+# over three times the drain timeout, however fast the machine.
+STEP_DELAY_MS = 50
+LONG_TOKENS = 200
 
 
 @pytest.fixture(scope="module")
 def small_server(start_engine):
     return start_engine("--max-num-seqs", "2", "--max-waiting-requests", str(MAX_WAITING),
-                        "--drain-timeout", "3")
+                        "--drain-timeout", str(DRAIN_S), "--step-delay-ms", str(STEP_DELAY_MS))
 
 
 def _metric(url: str, name: str) -> float:
@@ -35,7 +39,7 @@ async def _flood(url: str, n: int) -> list[httpx.Response]:
         return await asyncio.gather(*[c.post("/v1/completions", json=body) for _ in range(n)])
 
 
-def test_flood_past_admission_bound_gets_429_and_admitted_requests_succeed(small_server):
+def test_flood_past_admission_bound_gets_429_and_admitted_requests_succeed(small_server, validate_openai):
     rejected_before = _metric(small_server.url, "floodway_admission_rejected_total")
     responses = asyncio.run(_flood(small_server.url, 24))
     ok = [r for r in responses if r.status_code == 200]
@@ -44,9 +48,11 @@ def test_flood_past_admission_bound_gets_429_and_admitted_requests_succeed(small
     assert len(busy) > 0 and len(ok) >= MAX_WAITING
     for r in ok:
         body = r.json()
+        validate_openai(body, "CreateCompletionResponse")
         assert body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 8
     for r in busy:
         assert int(r.headers["retry-after"]) >= 1
+        validate_openai(r.json(), "ErrorResponse")
         err = r.json()["error"]
         assert err["type"] == "rate_limit_error" and err["code"] == "rate_limit_exceeded"
         assert "waiting" in err["message"]
@@ -78,13 +84,12 @@ def test_sigterm_drains_in_flight_then_exits_zero(small_server, wait_for, engine
     threads = [
         threading.Thread(target=_stream, args=(url, {"prompt": "short", "max_tokens": 8, "ignore_eos": True},
                                                short, events[0])),
-        # Far longer than the 3 s drain timeout (2000 tokens take ~10 s on one core of the dev machine, which
-        # is quiet; a 10 s timeout let it finish): aborted when the grace period ends.
-        threading.Thread(target=_stream, args=(url, {"prompt": "long", "max_tokens": 2000, "ignore_eos": True},
+        # Longer than the drain timeout by configuration (STEP_DELAY_MS): aborted when the grace period ends.
+        threading.Thread(target=_stream, args=(url, {"prompt": "long", "max_tokens": LONG_TOKENS, "ignore_eos": True},
                                                long, events[1])),
     ]
     # Not streamed: the cut ends it with an error status instead of a 200 that strict clients cannot parse.
-    threads.append(threading.Thread(target=_post, args=(url, {"prompt": "whole", "max_tokens": 2000,
+    threads.append(threading.Thread(target=_post, args=(url, {"prompt": "whole", "max_tokens": LONG_TOKENS,
                                                               "ignore_eos": True}, whole)))
     for t in threads[:2]:
         t.start()

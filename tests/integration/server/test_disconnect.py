@@ -7,8 +7,6 @@ import textwrap
 import httpx
 import pytest
 
-pytestmark = pytest.mark.integration
-
 # A real client process: the official openai client streaming a long completion, printing each chunk.
 CLIENT = textwrap.dedent("""
     import sys, openai

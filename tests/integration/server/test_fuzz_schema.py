@@ -10,8 +10,6 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-pytestmark = pytest.mark.integration
-
 P, N = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
 CASES = [("/v1/completions", "POST", P), ("/v1/completions", "POST", N), ("/v1/chat/completions", "POST", P),
          ("/v1/chat/completions", "POST", N), ("/v1/models", "GET", P)]  # a GET without parameters has no negatives

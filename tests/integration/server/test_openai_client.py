@@ -3,8 +3,6 @@
 import openai
 import pytest
 
-pytestmark = pytest.mark.integration
-
 MODEL = "floodway/tiny-llama"
 
 

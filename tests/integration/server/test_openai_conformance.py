@@ -8,8 +8,6 @@ import httpx
 import openai
 import pytest
 
-pytestmark = pytest.mark.integration
-
 MODEL = "floodway/tiny-llama"
 CHAT = [{"role": "user", "content": "Say something."}]
 

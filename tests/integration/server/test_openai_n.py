@@ -8,8 +8,6 @@ import httpx
 import openai
 import pytest
 
-pytestmark = pytest.mark.integration
-
 MODEL = "floodway/tiny-llama"
 SAMPLED = dict(temperature=1.0, seed=11, extra_body={"ignore_eos": True})
 

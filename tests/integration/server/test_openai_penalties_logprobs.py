@@ -15,8 +15,6 @@ import openai
 import pytest
 import torch
 
-pytestmark = pytest.mark.integration
-
 TINY = "floodway/tiny-llama"
 SMOL = "floodway/smollm2-135m-instruct"
 # "The quick brown fox jumps over the lazy dog" in the tiny model's tokens
@@ -210,7 +208,8 @@ def test_bad_values_get_a_400_naming_the_field(engine_server, validate_openai, p
 
 @pytest.fixture(scope="module")
 def smol(start_engine):
-    return start_engine("--model", SMOL, "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "4")
+    return start_engine("--model", SMOL, "--dtype", "float32", "--quantization", "none", "--max-model-len", "512",
+                        "--max-num-seqs", "4")
 
 
 @pytest.fixture(scope="module")

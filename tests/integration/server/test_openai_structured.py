@@ -14,8 +14,6 @@ import jsonschema
 import openai
 import pytest
 
-pytestmark = pytest.mark.integration
-
 MODEL = "smollm2-tools"
 # A ChatML template like SmolLM2's that shows the model its tools and its earlier calls (a test fixture).
 TOOL_TEMPLATE = """\

@@ -2,10 +2,11 @@
 
 from dataclasses import replace
 
-from floodway.operator.autoscaler.policy import AutoscalerPolicy, decide
+from floodway.operator.autoscaler.policy import decide
 from floodway.operator.autoscaler.signals import Signals
+from floodway.operator.controller.scaling import default_policy
 
-P = AutoscalerPolicy(min_replicas=1, max_replicas=10, target_concurrency=10, interval_s=5)
+P = default_policy(replicas_min=1, replicas_max=10, target_concurrency=10, interval_seconds=5)
 
 
 def sig(ready, running=0.0, waiting=0.0, **kw) -> Signals:
@@ -20,8 +21,8 @@ def run(policy, state, signals_at, start, end):
     while t <= end:
         d = decide(state, signals_at(t, state.replicas), policy, t)
         out.append(d)
-        state, t = d.state, t + policy.interval_s
+        state, t = d.state, t + policy.interval_seconds
     return out
 
 
-TOKENS = replace(P, prefill_tokens_per_s=10_000.0, prefill_target=0.5)  # 5k prompt tokens/s per replica
+TOKENS = replace(P, prefill_tokens_per_second=10_000.0, prefill_target=0.5)  # 5k prompt tokens/s per replica

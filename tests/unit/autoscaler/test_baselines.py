@@ -14,15 +14,13 @@ from floodway.operator.autoscaler.baselines import (
 from floodway.operator.autoscaler.policy import ScalerState
 from floodway.operator.autoscaler.signals import Signals
 
-pytestmark = pytest.mark.unit
-
 
 def ticks(decide, policy, state, signals_at, start, end):
     out, t = [], start
     while t <= end:
         d = decide(state, signals_at(t, state.replicas), policy, t)
         out.append((t, d))
-        state, t = d.state, t + policy.interval_s
+        state, t = d.state, t + policy.interval_seconds
     return out
 
 
@@ -35,7 +33,7 @@ def test_static_never_moves():
 
 def test_keda_defaults_are_production_stack():
     p = KedaPolicy()
-    assert (p.threshold, p.interval_s, p.cooldown_s) == (5, 15, 360)
+    assert (p.threshold, p.interval_seconds, p.cooldown_s) == (5, 15, 360)
 
 
 def test_keda_scales_on_waiting_and_down_only_after_cooldown():

@@ -6,15 +6,14 @@ from dataclasses import replace
 
 import pytest
 from floodway.operator.autoscaler.budget import overflow_if, service_attainment
-from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState, decide
+from floodway.operator.autoscaler.policy import ScalerState, decide
 from floodway.operator.autoscaler.signals import observe
+from floodway.operator.controller.scaling import default_policy
 from floodway.operator.gateway.overflow import REPLICAS_NEEDED_BUCKETS
 
 from tests.unit.autoscaler.conftest import TOKENS, P, run, sig
 
-pytestmark = pytest.mark.unit
-
-B = AutoscalerPolicy(min_replicas=1, max_replicas=10, target_concurrency=10, interval_s=5, overflow_share=0.05)
+B = default_policy(replicas_min=1, replicas_max=10, target_concurrency=10, interval_seconds=5, overflow_share=0.05)
 
 
 def test_overflow_budget_holds_a_saturated_pool_while_overflow_stays_within_the_share():
@@ -167,5 +166,5 @@ def test_with_a_budget_the_last_bursts_hold_the_pool_while_a_smaller_one_would_h
                                                        replicas_needed=needed(*[0.5] * 5)),
                 3605, 3605 + budget.token_stabilization_s + 300)
     assert quiet[-1].replicas < 4
-    first = next(i for i, d in enumerate(quiet) if d.replicas < 4) * budget.interval_s + 3605
+    first = next(i for i, d in enumerate(quiet) if d.replicas < 4) * budget.interval_seconds + 3605
     assert first > 3600 - 300 + 20 + budget.token_stabilization_s  # the last burst ended at 3320 s

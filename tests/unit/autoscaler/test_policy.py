@@ -4,11 +4,10 @@ import random
 from dataclasses import replace
 
 import pytest
-from floodway.operator.autoscaler.policy import AutoscalerPolicy, ScalerState, decide, prefill_rate_needed
+from floodway.operator.autoscaler.policy import ScalerState, decide, prefill_rate_needed
+from floodway.operator.controller.scaling import default_policy
 
 from tests.unit.autoscaler.conftest import TOKENS, P, run, sig
-
-pytestmark = pytest.mark.unit
 
 
 def test_steady_load_holds():
@@ -19,10 +18,10 @@ def test_steady_load_holds():
 def test_panic_on_2x_burst_jumps_past_the_step_limit_and_blocks_scale_down():
     state = run(P, ScalerState(2), lambda t, n: sig(2, running=15, attainment=1.0), 0, 300)[-1].state
     d = decide(state, sig(2, running=20, waiting=60, attainment=1.0), P, 305)
-    assert d.replicas == 8 > 2 + P.max_step_up
+    assert d.replicas == 8 > 2 + P.max_scale_up_step
     assert d.reason.startswith("panic")
     # Demand falls right after: no scale-down while the panic holds.
-    after = run(P, d.state, lambda t, n: sig(8, running=5, attainment=1.0), 310, 305 + P.panic_hold_s - 1)
+    after = run(P, d.state, lambda t, n: sig(8, running=5, attainment=1.0), 310, 305 + P.panic_hold_seconds - 1)
     assert {x.replicas for x in after} == {8}
 
 
@@ -31,15 +30,15 @@ def test_requests_in_flight_within_the_tolerance_add_no_replica_prompt_tokens_do
     assert decide(state, sig(3, running=32, attainment=1.0), P, 0).replicas == 3  # 32 of 30: within 10%
     assert decide(state, sig(3, running=34, attainment=1.0), P, 0).replicas == 4
     # Prompt tokens just over 3 replicas' prefill (sized with headroom already) add one at once.
-    tokens = replace(P, prefill_tokens_per_s=1000.0, prefill_target=1.0, ttft_slo_s=0.0)
+    tokens = replace(P, prefill_tokens_per_second=1000.0, prefill_target=1.0, slo_ttft_ms=0.0)
     over = sig(3, running=3, attainment=1.0, prompt_token_rate=3100.0, window_s=5.0)
     assert decide(state, over, tokens, 0).replicas == 4
     with pytest.raises(ValueError, match="scale_up_tolerance"):
-        AutoscalerPolicy(scale_up_tolerance=-0.1)
+        default_policy(scale_up_tolerance=-0.1)
 
 
 def test_below_2x_is_not_panic_and_obeys_the_step_limit():
-    p = AutoscalerPolicy(max_replicas=20, target_concurrency=10, max_step_up=2, scale_up_window_s=1)
+    p = default_policy(replicas_max=20, target_concurrency=10, max_scale_up_step=2, scale_up_window_seconds=1)
     d = decide(ScalerState(4), sig(4, running=40, waiting=30, attainment=1.0), p, 0)
     assert not d.reason.startswith("panic")
     assert d.replicas == 6
@@ -56,14 +55,15 @@ def test_no_flapping_on_noise():
 def test_scales_down_after_the_stabilization_window_one_step_at_a_time():
     ds = run(P, ScalerState(6), lambda t, n: sig(n, running=10, attainment=1.0), 0, 600)
     first_drop = next(i for i, d in enumerate(ds) if d.replicas < 6)
-    assert first_drop * P.interval_s >= P.scale_down_stabilization_s
+    assert first_drop * P.interval_seconds >= P.scale_down_stabilization_seconds
     assert all(a.replicas - b.replicas <= 1 for a, b in zip(ds, ds[1:], strict=False))
-    # Each step down waits scale_down_interval_s to see the smaller pool's load.
-    drops = [i * P.interval_s for i, (a, b) in enumerate(zip(ds, ds[1:], strict=False)) if b.replicas < a.replicas]
-    assert min(b - a for a, b in zip(drops, drops[1:], strict=False)) >= P.scale_down_interval_s
+    # Each step down waits scale_down_interval_seconds to see the smaller pool's load.
+    drops = [i * P.interval_seconds for i, (a, b) in enumerate(zip(ds, ds[1:], strict=False))
+             if b.replicas < a.replicas]
+    assert min(b - a for a, b in zip(drops, drops[1:], strict=False)) >= P.scale_down_interval_seconds
     assert ds[-1].replicas == 2  # 10 in flight fits 2 replicas at 70% of target 10
     assert next(d.reason for d in ds if d.replicas < 6) == \
-        f"scale down: peak demand 10.0 over {P.scale_down_stabilization_s:g} s fits 2 replicas"
+        f"scale down: peak demand 10.0 over {P.scale_down_stabilization_seconds:g} s fits 2 replicas"
 
 
 def test_no_scale_down_while_attainment_is_below_target():
@@ -89,14 +89,14 @@ def test_a_replica_slo_feedback_added_is_held_for_the_stabilization_window():
     d = decide(start, sig(3, running=20, waiting=2, attainment=0.9), P, 305)
     assert d.replicas == 4 and "SLO attainment" in d.reason
     after = run(P, d.state, lambda t, n: sig(n, running=10, attainment=1.0), 310, 305 + 600)
-    held = [x for i, x in enumerate(after) if 310 + i * P.interval_s < 305 + P.scale_down_stabilization_s]
+    held = [x for i, x in enumerate(after) if 310 + i * P.interval_seconds < 305 + P.scale_down_stabilization_seconds]
     assert {x.replicas for x in held} == {4}
     assert "SLO feedback" in held[-1].reason
     assert after[-1].replicas == 2  # then scale-down resumes, one step at a time
 
 
 def test_bounds_are_respected():
-    p = AutoscalerPolicy(min_replicas=2, max_replicas=5, target_concurrency=10)
+    p = default_policy(replicas_min=2, replicas_max=5, target_concurrency=10)
     assert decide(ScalerState(3), sig(3, running=30, waiting=900), p, 0).replicas == 5
     ds = run(p, ScalerState(5), lambda t, n: sig(n, attainment=1.0), 0, 3600)
     assert min(d.replicas for d in ds) == 2
@@ -105,7 +105,7 @@ def test_bounds_are_respected():
 
 
 def test_scale_from_zero_on_the_first_queued_request():
-    p = AutoscalerPolicy(min_replicas=0, target_concurrency=10, scale_to_zero_after_s=300)
+    p = default_policy(replicas_min=0, target_concurrency=10, scale_to_zero_after_seconds=300)
     assert decide(ScalerState(0), sig(0), p, 0).replicas == 0
     d = decide(ScalerState(0), sig(0, held=1), p, 5)
     assert d.replicas == 1 and d.reason.startswith("panic")
@@ -116,11 +116,11 @@ def test_scale_from_zero_on_the_first_queued_request():
 
 
 def test_scale_to_zero_only_after_the_idle_period():
-    p = AutoscalerPolicy(min_replicas=0, target_concurrency=10, scale_to_zero_after_s=600,
-                         scale_down_stabilization_s=60)
+    p = default_policy(replicas_min=0, target_concurrency=10, scale_to_zero_after_seconds=600,
+                         scale_down_stabilization_seconds=60)
     state = decide(ScalerState(1), sig(1, running=3, attainment=1.0), p, 0).state
     ds = run(p, state, lambda t, n: sig(n, attainment=None), 5, 900)
-    zero_at = next(i for i, d in enumerate(ds) if d.replicas == 0) * p.interval_s + 5
+    zero_at = next(i for i, d in enumerate(ds) if d.replicas == 0) * p.interval_seconds + 5
     assert 600 <= zero_at < 700
     assert "scale to zero" in next(d.reason for d in ds if d.replicas == 0)
 
@@ -132,7 +132,7 @@ def test_kv_pressure_scales_up():
 
 def test_kv_pressure_counts_its_average_over_the_scale_up_window():
     # A tick of long prompts filling the cache (1.9 of 2 replicas) among ticks at 1.2 is gone before a replica
-    # starts: the window's average (1.3) fits two at kv_target. KV held there scales up.
+    # starts: the window's average (1.3) fits two at kv_cache_target. KV held there scales up.
     low = sig(2, running=4, attainment=1.0, kv_usage=(0.6, 0.6))
     state = run(P, ScalerState(2), lambda t, n: low, 0, 50)[-1].state
     spike = decide(state, sig(2, running=4, attainment=1.0, kv_usage=(0.95, 0.95)), P, 55)
@@ -143,9 +143,9 @@ def test_kv_pressure_counts_its_average_over_the_scale_up_window():
 
 
 def test_scale_down_needs_the_kv_usage_averaged_as_for_a_scale_up_to_fit():
-    # 1.5 of KV summed over 3 replicas needs 3 at kv_target x scale_down_utilization (0.595 each). One tick's dip to
-    # 1.0 would fit 2, but not the minute's average: it holds (on Mooncake seed 2 such a tick dropped a replica that
-    # the average added back within a minute, three times in an hour). A minute at 1.0 steps down.
+    # 1.5 of KV summed over 3 replicas needs 3 at kv_cache_target x scale_down_utilization (0.595 each). One tick's
+    # dip to 1.0 would fit 2, but not the minute's average: it holds (on Mooncake seed 2 such a tick dropped a replica
+    # that the average added back within a minute, three times in an hour). A minute at 1.0 steps down.
     at = lambda kv: lambda t, n: sig(n, running=4, attainment=1.0, kv_usage=(kv / n,) * n)  # noqa: E731
     state = run(P, ScalerState(3), at(1.5), 0, 300)[-1].state
     assert state.replicas == 3
@@ -161,16 +161,16 @@ def test_overflow_counts_as_demand():
     assert decide(ScalerState(2), s, P, 0).replicas == 4
 
 
-@pytest.mark.parametrize("kw, word", [({"min_replicas": 3, "max_replicas": 2}, "min_replicas"),
+@pytest.mark.parametrize("kw, word", [({"replicas_min": 3, "replicas_max": 2}, "replicas_min"),
                                       ({"target_concurrency": 0}, "target_concurrency"),
                                       ({"slo_attainment": 1.5}, "slo_attainment"),
-                                      ({"max_step_down": 0}, "max_step_down"),
+                                      ({"max_scale_down_step": 0}, "max_scale_down_step"),
                                       ({"overflow_share": 1.0}, "overflow_share"),
                                       ({"overflow_budget_window_s": 0}, "overflow_budget_window_s"),
                                       ({"slo_noise_z": -1}, "slo_noise_z")])
 def test_bad_policy_is_rejected(kw, word):
     with pytest.raises(ValueError, match=word):
-        AutoscalerPolicy(**kw)
+        default_policy(**kw)
 
 
 def test_slo_feedback_ignores_a_shortfall_within_sampling_noise():
@@ -260,10 +260,10 @@ def test_the_ttft_slo_lets_a_burst_of_prompt_tokens_wait_in_whole_decision_inter
         state = run(p, ScalerState(1), lambda t, n: sig(n, running=2, attainment=1.0, prompt_token_rate=100.0,
                                                         window_s=5.0), 0, 60)[-1].state
         return decide(state, sig(1, running=2, attainment=1.0, prompt_token_rate=40_000.0, window_s=5.0), p, 65)
-    half = burst_tick(replace(TOKENS, ttft_slo_s=0.5))  # 0.5 s: no whole interval of slack, sized as before
+    half = burst_tick(replace(TOKENS, slo_ttft_ms=500.0))  # 0.5 s: no whole interval of slack, sized as before
     assert half.replicas == 8 and "demand 80.0" in half.reason
-    assert burst_tick(replace(TOKENS, ttft_slo_s=0.0)).replicas == 8
+    assert burst_tick(replace(TOKENS, slo_ttft_ms=0.0)).replicas == 8
     # 5 s: the burst may wait one interval (spread over 10 s: 20k/s), and the slack absorbs what the tick's rate
     # hides, so a replica counts its whole 10k/s: 2 replicas.
-    five = burst_tick(replace(TOKENS, ttft_slo_s=5.0))
+    five = burst_tick(replace(TOKENS, slo_ttft_ms=5000.0))
     assert five.replicas == 2 and "demand 20.0" in five.reason

@@ -15,8 +15,6 @@ from floodway.operator.autoscaler.signals import (
 )
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-pytestmark = pytest.mark.unit
-
 TTFT_BUCKETS = [0.1, 0.25, 0.5, 0.75, 1.0, 2.5]
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1]
 

@@ -7,10 +7,8 @@ import time
 
 import numpy as np
 import pytest
-from floodway.engine.bench import chat_load, llamacpp, served_overhead, serving
+from floodway.engine.bench import chat_load, llamacpp, served_overhead, serving, vllm
 from floodway.engine.bench.chat_load import LoadResult
-
-pytestmark = pytest.mark.unit
 
 
 def test_bf16_gguf_dequantizes_every_matrix_and_keeps_metadata(tmp_path):
@@ -118,3 +116,45 @@ def test_served_overhead_table_gives_each_round_and_the_medians():
     rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isalnum()]
     assert rows[1] == "| 0 | 40.0 | 41.0 | 0.50 | 1.038x |"
     assert rows[-1] == "| median | 44.0 | 43.0 | 0.50 | 0.989x |"  # each column's own median
+
+
+def test_vllm_gets_the_operators_flags_eager_and_a_cpu_block_size(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    spec = vllm.spec(str(tmp_path), "m", "auto", 32, 512, 2048)
+    argv = vllm.server_argv("/venv/bin/python", spec, 8123)
+    assert argv[:4] == ["/venv/bin/python", "-P", "-m", "vllm.entrypoints.openai.api_server"]
+    flags = dict(zip(argv[4::2], argv[5::2], strict=False))
+    assert flags["--model"] == str(tmp_path) and flags["--served-model-name"] == "m" and flags["--port"] == "8123"
+    assert flags["--dtype"] == "float32"  # auto: what our engine takes on CPU, not vLLM's own choice
+    assert flags["--max-num-seqs"] == "32" and flags["--block-size"] == "32"  # vLLM's CPU attention: multiples of 32
+    assert "--shutdown-timeout" in argv and argv[-1] == "--enforce-eager"
+    assert vllm.server_env(1) == {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="process trees are read from Linux's /proc")
+def test_process_tree_and_its_peak_memory_count_a_child():
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; b = bytearray(64 * 2**20); sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        tree = serving.process_tree(os.getpid())
+        alone = serving.peak_rss_bytes(child.pid)
+        deadline = time.monotonic() + 10
+        while alone < 64 * 2**20 and time.monotonic() < deadline:  # until the child has touched its buffer
+            time.sleep(0.05)
+            alone = serving.peak_rss_bytes(child.pid)
+        assert child.pid in tree and tree[0] == os.getpid()
+        assert alone >= 64 * 2**20
+    finally:
+        child.communicate(b"")
+
+
+def test_inter_token_latency_and_start_up_in_the_table():
+    r = LoadResult(tokens=64, seconds=1.0, ttfts=[0.1], itls=[0.01, 0.02, 0.03, 0.5])
+    assert r.itl_ms(0.5) == pytest.approx(30) and r.itl_ms(0.99) == pytest.approx(500)
+    table = serving.render("m", "float32", 1, 64, [(8, "floodway engine", r)], {"floodway engine": 7.3, "vllm": 89.0},
+                           {"floodway engine": 2 * 2**30, "vllm": 5 * 2**30})
+    assert table.splitlines()[4].endswith("| 30.0 | 500.0 |")
+    assert "| floodway engine | 7.3 | 2048 |" in table and "| vllm | 89.0 | 5120 |" in table

@@ -1,11 +1,8 @@
 """`floodway bench engine --tpot-slo-ms`'s run on the tiny model: it drives the engine to the end, leak-free."""
 
-import pytest
 from floodway.engine.bench.interference import run_once
 
 from tests.unit.engine.conftest import assert_no_leak
-
-pytestmark = pytest.mark.unit
 
 
 def test_run_once_measures_decodes_while_prompts_arrive(clean_engine):

@@ -1,11 +1,8 @@
 """`floodway bench engine --n`: n choices per request against n separate requests, on the tiny model."""
 
-import pytest
 from floodway.engine.bench.parallel import compare, run_once
 
 from tests.unit.engine.conftest import assert_no_leak
-
-pytestmark = pytest.mark.unit
 
 
 def test_n_computes_each_prompt_once_and_holds_fewer_blocks(clean_engine):

@@ -5,8 +5,6 @@ from floodway.engine.outputs import RequestMetrics
 from floodway.engine.request import Request
 from floodway.engine.sampling_params import SamplingParams
 
-pytestmark = pytest.mark.unit
-
 
 def req(rid, tokens):
     return Request(rid, list(tokens), SamplingParams(), RequestMetrics(0.0))

@@ -10,7 +10,7 @@ from floodway.engine import packed_linear
 from floodway.engine.models import llama
 from floodway.engine.step_inputs import SeqInput
 
-pytestmark = [pytest.mark.unit, pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     not (shutil.which("g++") or shutil.which("c++")), reason="inductor's CPU code needs a C++ compiler")]
 
 DTYPES = ["float32"] + (["bfloat16"] if packed_linear.supported(torch.device("cpu"), torch.bfloat16) else [])

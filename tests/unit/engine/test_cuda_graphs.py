@@ -11,8 +11,6 @@ import torch
 from floodway.engine.cuda_graphs import capture_sizes, host_inputs, padded_size, sampling_rows
 from floodway.engine.step_inputs import SeqInput
 
-pytestmark = pytest.mark.unit
-
 
 def test_capture_sizes_cover_every_batch_up_to_max_num_seqs():
     assert capture_sizes(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]

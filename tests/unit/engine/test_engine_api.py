@@ -3,8 +3,6 @@
 import pytest
 from floodway.engine.sampling_params import SamplingParams
 
-pytestmark = pytest.mark.unit
-
 GREEDY = dict(temperature=0.0)
 
 

@@ -10,8 +10,6 @@ from floodway.engine import kv_cache, step_inputs
 from floodway.engine.models import llama
 from floodway.engine.step_inputs import SeqInput
 
-pytestmark = pytest.mark.unit
-
 SMALL = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=8,
              max_position_embeddings=256)
 CONFIGS = {

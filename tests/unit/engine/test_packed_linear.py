@@ -5,8 +5,6 @@ import pytest
 import torch
 from floodway.engine import packed_linear
 
-pytestmark = pytest.mark.unit
-
 needs_onednn_bf16 = pytest.mark.skipif(
     not packed_linear.supported(torch.device("cpu"), torch.bfloat16),
     reason="needs a CPU and torch build with oneDNN bf16 kernels (AVX512-BF16 or AMX)")

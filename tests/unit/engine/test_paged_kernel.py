@@ -21,8 +21,6 @@ import torch.nn.functional as F
 from floodway.engine import attention, step_inputs
 from floodway.engine.step_inputs import SeqInput, build
 
-pytestmark = pytest.mark.unit
-
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cuda" if torch.cuda.is_available() and not INTERPRETED else "cpu"
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}
@@ -70,9 +68,9 @@ if not INTERPRETED:
 
 if INTERPRETED:
     def test_layer_bench_dry_run(capsys):
-        """`python -P -m floodway.engine.kernels.bench --cpu` (the GPU session's side-by-side command; its dry run
+        """`python -P -m floodway.engine.bench.kernels --cpu` (the GPU session's side-by-side command; its dry run
         is this interpreter) cannot rot: every row printed, the kernel path equal to the SDPA path."""
-        from floodway.engine.kernels import bench
+        from floodway.engine.bench import kernels as bench
 
         assert bench.main(["--cpu"]) == 0
         out = capsys.readouterr().out

@@ -8,8 +8,6 @@ from floodway.engine.sampling_params import SamplingParams
 
 from tests.unit.engine.conftest import assert_no_leak
 
-pytestmark = pytest.mark.unit
-
 PROMPT = list(range(20, 60))  # 40 tokens: two full blocks and a partial third one
 SAMPLED = dict(temperature=1.0, seed=7, ignore_eos=True)
 

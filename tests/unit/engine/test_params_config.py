@@ -2,8 +2,6 @@ import pytest
 from floodway.engine.config import EngineConfig
 from floodway.engine.sampling_params import SamplingParams
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("kwargs, field", [
     (dict(max_tokens=-1), "max_tokens"),

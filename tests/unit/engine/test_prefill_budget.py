@@ -1,8 +1,6 @@
 import pytest
 from floodway.engine.prefill_budget import HEADROOM, MIN_PREFILL_TOKENS, StepTimes, prefill_budget_tokens
 
-pytestmark = pytest.mark.unit
-
 
 def test_budget_is_the_prefill_that_fits_in_the_tpot_slo_beside_the_decodes():
     # 50 ms SLO, 10 ms decode step, 20 us per prefill token: (0.9 * 50 - 10) ms / 20 us = 1750 tokens.

@@ -4,8 +4,6 @@ from floodway.engine.detokenizer import Detokenizer
 from floodway.engine.sampler import sample
 from floodway.engine.sampling_params import SamplingParams
 
-pytestmark = pytest.mark.unit
-
 
 def test_greedy_topk1_and_tiny_top_p_pick_the_argmax():
     logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))

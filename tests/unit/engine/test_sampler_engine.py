@@ -5,8 +5,6 @@ import pytest
 import torch
 from floodway.engine.sampling_params import SamplingParams
 
-pytestmark = pytest.mark.unit
-
 PROMPT = [1] + list(range(30, 130))  # 101 tokens: the engine's 64-token step budget prefills it in two chunks
 
 

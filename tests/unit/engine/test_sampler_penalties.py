@@ -11,8 +11,6 @@ from transformers import (
     SequenceBiasLogitsProcessor,
 )
 
-pytestmark = pytest.mark.unit
-
 V = 64
 EOS = {2, 7}
 

@@ -1,11 +1,8 @@
-import pytest
 from floodway.engine.kv_manager import KVManager
 from floodway.engine.outputs import RequestMetrics
 from floodway.engine.request import Request
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.scheduler import Scheduler
-
-pytestmark = pytest.mark.unit
 
 
 def req(rid, n):

@@ -5,8 +5,6 @@ import importlib.metadata
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
 
 def test_missing_weights_package_names_the_install_command(monkeypatch, tmp_path):
     from floodway.engine.models import builtin, smollm2

@@ -3,8 +3,6 @@ import torch
 from floodway.engine.bench import workloads
 from floodway.engine.step_inputs import SeqInput, build, decode_groups
 
-pytestmark = pytest.mark.unit
-
 
 def test_decode_groups_bound_padding():
     assert decode_groups([100, 90, 70, 50, 20, 5]) == [(0, 3), (3, 4), (4, 5), (5, 6)]

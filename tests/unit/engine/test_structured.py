@@ -9,8 +9,6 @@ import pytest
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.structured import StructuredSpec
 
-pytestmark = pytest.mark.unit
-
 # Bounded grammars: every path ends within max_tokens, so "stop" is the only right finish.
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "size": {"enum": ["S", "M", "L"]},
                                            "n": {"type": "integer", "minimum": 0, "maximum": 9}},

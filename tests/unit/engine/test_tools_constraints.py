@@ -9,8 +9,6 @@ from floodway.engine.server.protocol import ChatCompletionRequest, CompletionReq
 from floodway.engine.structured import StructuredSpec
 from pydantic import ValidationError
 
-pytestmark = pytest.mark.unit
-
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 NOARGS = {"type": "function", "function": {"name": "ping"}}

@@ -3,10 +3,8 @@ import random
 import pytest
 from floodway.operator.gateway.backends import Backend, BackendTable, parse_engine_load
 from floodway.operator.gateway.k8s import endpoints_from_slices
-from floodway.operator.gateway.overflow import SlotHold
 from floodway.operator.gateway.routing import RoutingWeights
-
-pytestmark = pytest.mark.unit
+from floodway.operator.gateway.ttft import SlotHold
 
 METRICS = """# HELP vllm:num_requests_waiting Waiting.
 # TYPE vllm:num_requests_waiting gauge

@@ -1,11 +1,9 @@
 import pytest
-from floodway.operator.gateway.bench import bucket_quantile, histogram_buckets
-from floodway.operator.gateway.bench_prediction import RATIO, prompts
+from floodway.operator.bench.gateway import bucket_quantile, histogram_buckets
+from floodway.operator.bench.prediction import RATIO, prompts
 from floodway.operator.gateway.metrics import MARGIN_BOUND, GatewayMetrics
 from floodway.operator.gateway.overflow import OverflowPolicy
 from floodway.operator.gateway.payload import estimate_prompt_tokens
-
-pytestmark = pytest.mark.unit
 
 
 def test_prompts_span_40_to_400_tokens_and_share_no_first_block():

@@ -2,7 +2,7 @@
 rendered text and the single-engine bound."""
 
 import pytest
-from floodway.operator.gateway.bench_routing import (
+from floodway.operator.bench.routing import (
     BLOCK_WORDS,
     conversations,
     figures,
@@ -12,8 +12,6 @@ from floodway.operator.gateway.bench_routing import (
     spread,
     without_shared_prefixes,
 )
-
-pytestmark = pytest.mark.unit
 
 ROWS = [{"hash_ids": [0, 1, 2]}, {"hash_ids": [0, 5]}, {"hash_ids": [7]}, {"hash_ids": [0, 1, 2, 3, 4]},
         {"hash_ids": [0, 9, 8]}, {"hash_ids": [0, 5, 6, 7]}]

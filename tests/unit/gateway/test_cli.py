@@ -1,8 +1,5 @@
-import pytest
 from floodway.operator.cli import app
 from typer.testing import CliRunner
-
-pytestmark = pytest.mark.unit
 
 
 def test_gateway_rejects_a_bad_config_with_a_clear_error(tmp_path):

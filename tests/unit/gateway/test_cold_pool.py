@@ -9,14 +9,12 @@ import pytest
 from aiohttp import web
 from floodway.engine.outputs import EngineStats
 from floodway.engine.server.metrics import ServerMetrics
-from floodway.operator.gateway.backends import BackendTable, Choice
+from floodway.operator.gateway.backends import BackendChoice, BackendTable
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.metrics import GatewayMetrics
 from floodway.operator.gateway.overflow import OverflowPolicy, PoolState, RequestInfo, overflow_decision
 from floodway.operator.gateway.proxy import Gateway
 from floodway.operator.gateway.routing import RoutingWeights
-
-pytestmark = pytest.mark.unit
 
 IDLE = EngineStats(num_running=0, num_waiting=0, num_free_blocks=2048, num_total_blocks=2048, kv_cache_usage=0.0,
                    prompt_tokens_total=0, generation_tokens_total=0, num_preemptions_total=0,
@@ -106,7 +104,7 @@ def test_the_prediction_takes_each_engines_own_rate_and_the_learned_one_where_an
     gw.prefill_rate = 1000.0
 
     def predicted(backend, uncached):
-        return gw.pool_state(frozenset(), False, Choice(backend, uncached, 0.0, 0.0)).predicted_ttft_s
+        return gw.pool_state(frozenset(), False, BackendChoice(backend, uncached, 0.0, 0.0)).predicted_ttft_s
     assert predicted(a, 2000) == pytest.approx(0.5)  # nothing ahead: its own prompt at the engine's rate
     a.pending_tokens = 2000
     assert predicted(a, 2000) == pytest.approx(1.0)

@@ -1,8 +1,6 @@
 import pytest
 from floodway.operator.gateway.config import GatewayConfig, load_config
 
-pytestmark = pytest.mark.unit
-
 
 def write(tmp_path, text):
     p = tmp_path / "gw.yaml"
@@ -28,7 +26,7 @@ overflow:
     assert cfg.backends.static == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
     policy = cfg.overflow_policy()
     assert policy.enabled and policy.ttft_slo_s == 0.5 and policy.max_waiting_per_replica == 2
-    assert policy.budget.requests_per_minute == 60 and policy.budget.tokens_per_minute is None
+    assert policy.budget.max_requests_per_minute == 60 and policy.budget.max_tokens_per_minute is None
     assert policy.breaker.failure_threshold == 2
 
 

@@ -13,7 +13,6 @@ from floodway.operator.gateway.config import KubernetesSource
 from floodway.operator.gateway.k8s import SliceFollower, apply_event, backoff_s, event_version, follow_endpoint_slices
 from floodway.operator.gateway.routing import RoutingWeights
 
-pytestmark = pytest.mark.unit
 SOURCE = KubernetesSource(namespace="ns", service="engine", port="http", refresh_s=0.01)
 
 

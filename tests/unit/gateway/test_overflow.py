@@ -1,37 +1,36 @@
 import math
 
 import pytest
-from floodway.operator.gateway.overflow import (
+from floodway.operator.gateway.breaker import (
     BreakerPolicy,
     BreakerState,
-    BudgetLimits,
-    BudgetState,
-    OverflowPolicy,
-    PoolState,
-    RequestInfo,
-    SlotHold,
-    admission_wait_s,
     breaker_allows,
     breaker_on_result,
     breaker_on_send,
-    budget_take,
-    budget_wait_s,
-    kv_wait_s,
-    learned_prefill_rate,
+)
+from floodway.operator.gateway.overflow import (
+    OverflowPolicy,
+    PoolState,
+    RequestInfo,
     overflow_deadline_s,
     overflow_decision,
+    replicas_needed,
+)
+from floodway.operator.gateway.overflow_budget import BudgetLimits, BudgetState, budget_take, budget_wait_s
+from floodway.operator.gateway.ttft import (
+    SlotHold,
+    admission_wait_s,
+    kv_wait_s,
+    learned_prefill_rate,
     predict_ttft_from_backlog,
     predict_ttft_s,
     prefill_rate_sample,
-    replicas_needed,
     slot_hold_update,
     slot_wait_s,
 )
 
-pytestmark = pytest.mark.unit
-
 POLICY = OverflowPolicy(enabled=True, max_waiting_per_replica=4, ttft_slo_s=0.5,
-                        budget=BudgetLimits(requests_per_minute=60, tokens_per_minute=6000),
+                        budget=BudgetLimits(max_requests_per_minute=60, max_tokens_per_minute=6000),
                         hold_queue_size=2, hold_timeout_s=5.0)
 REQ = RequestInfo(tokens=100, arrived_at=0.0)
 
@@ -96,7 +95,7 @@ def test_held_request_goes_local_when_queue_drains():
 
 
 def test_budget_buckets_refill_and_cap():
-    limits = BudgetLimits(requests_per_minute=2, tokens_per_minute=100)
+    limits = BudgetLimits(max_requests_per_minute=2, max_tokens_per_minute=100)
     s = BudgetState()
     assert budget_wait_s(s, limits, 50, 0.0) == 0.0
     s = budget_take(s, limits, 50, 0.0)
@@ -105,7 +104,7 @@ def test_budget_buckets_refill_and_cap():
     assert budget_wait_s(s, limits, 50, 30.0) == pytest.approx(0.0)
     # A request bigger than a minute's tokens costs the whole bucket instead of never fitting.
     assert budget_wait_s(BudgetState(), limits, 10_000, 0.0) == 0.0
-    assert budget_wait_s(BudgetState(), BudgetLimits(requests_per_minute=0), 1, 0.0) == math.inf
+    assert budget_wait_s(BudgetState(), BudgetLimits(max_requests_per_minute=0), 1, 0.0) == math.inf
     assert budget_wait_s(BudgetState(), BudgetLimits(), 10**9, 0.0) == 0.0  # unlimited
 
 

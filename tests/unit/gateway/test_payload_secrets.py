@@ -11,8 +11,6 @@ from floodway.operator.gateway.payload import (
 )
 from floodway.operator.gateway.secrets import ApiKey
 
-pytestmark = pytest.mark.unit
-
 
 def test_estimate_tokens():
     assert estimate_tokens({"prompt": "abcdefgh", "max_tokens": 10}) == 2 + 10

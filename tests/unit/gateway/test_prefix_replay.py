@@ -2,7 +2,8 @@
 time, each miss against the single-engine bound put down to its cause, and what it found on the bench's workload."""
 
 import pytest
-from floodway.operator.gateway.bench_routing import (
+from floodway.operator.bench.prefix_replay import EngineShape, Router, replay, report, routers, ttft_at_bound
+from floodway.operator.bench.routing import (
     mooncake_conversations,
     render,
     single_engine_bound,
@@ -10,10 +11,7 @@ from floodway.operator.gateway.bench_routing import (
     token_ids,
     words,
 )
-from floodway.operator.gateway.prefix_replay import EngineShape, Router, replay, report, routers, ttft_at_bound
 from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
-
-pytestmark = pytest.mark.unit
 
 PROMPT = list(range(100, 228))  # 8 blocks of 16 tokens
 AWARE = Router("prefix-aware", PrefixPolicy(), "tokens")
@@ -29,7 +27,7 @@ def test_a_turn_admitted_while_its_prefix_is_still_prefilling_misses_it_in_fligh
 
 
 def test_a_turn_the_cap_sends_away_from_its_holder_misses_it_elsewhere():
-    strict = Router("no room", PrefixPolicy(load_cap=1.0, load_slack=0.0), "tokens")
+    strict = Router("no room", PrefixPolicy(prefix_load_cap=1.0, prefix_load_slack=0.0), "tokens")
     result = replay([PROMPT, PROMPT], ["", ""], 10.0, 2, EngineShape(), strict)
     assert sorted(result.served.values()) == [1, 1] and result.hit_tokens == 0
     assert result.lost == {"elsewhere": 7 * 16}
@@ -61,7 +59,7 @@ def test_on_the_bench_workload_the_cap_on_recent_work_evens_requests_out_and_kee
     def requests_spread(r) -> float:
         return spread([r.served[e] for e in range(4)])
 
-    quiet, uncapped = runs(PrefixPolicy(), 0.08), runs(PrefixPolicy(load_cap=float("inf")), 0.08)
+    quiet, uncapped = runs(PrefixPolicy(), 0.08), runs(PrefixPolicy(prefix_load_cap=float("inf")), 0.08)
     assert max(map(requests_spread, quiet)) <= 1.25 < sum(map(requests_spread, uncapped)) / 4 - 0.02
     assert min(r.hit_tokens for r in quiet) >= 0.9 * bound_hits
     queued = runs(PrefixPolicy(), 1.0)

@@ -20,9 +20,8 @@ from floodway.operator.gateway.routing import (
     within_cap,
 )
 
-pytestmark = pytest.mark.unit
-
-W, P = RoutingWeights(), PrefixPolicy(weight=4.0, load_cap=1.25, load_slack=1.0, min_gain=0.0)
+W = RoutingWeights()
+P = PrefixPolicy(prefix_weight=4.0, prefix_load_cap=1.25, prefix_load_slack=1.0, prefix_min_gain=0.0)
 
 
 def pool(*loads: int) -> list[BackendLoad]:
@@ -51,7 +50,7 @@ def test_a_hot_prefix_does_not_pile_onto_its_holder():
                     if b.id == chosen.id else b for b in backends]
     assert served["0"] > max(served["1"], served["2"], served["3"])  # affinity did act
     work = [b.recent_work for b in backends]
-    assert max(work) == work[0] <= P.load_cap * sum(work) / len(work) + P.load_slack
+    assert max(work) == work[0] <= P.prefix_load_cap * sum(work) / len(work) + P.prefix_load_slack
 
 
 def test_a_prefix_every_backend_holds_is_no_reason_and_ties_are_drawn():
@@ -93,7 +92,7 @@ def test_the_shipped_cap_is_1_3_x_the_mean_recent_work_plus_1():
 
 def test_cap_always_admits_the_least_loaded():
     backends = pool(5, 5, 5)
-    assert all(within_cap(b, backends, PrefixPolicy(load_cap=1.0, load_slack=0.0)) for b in backends)
+    assert all(within_cap(b, backends, PrefixPolicy(prefix_load_cap=1.0, prefix_load_slack=0.0)) for b in backends)
     assert not within_cap(pool(9, 0, 0)[0], pool(9, 0, 0), P)
 
 
@@ -227,8 +226,8 @@ def test_an_inference_service_sets_the_routing_knobs_its_gateway_reads():
     assert routing().prefix_policy() == PrefixPolicy() and routing().weights() == RoutingWeights()
     assert routing(prefixAware=False).prefix_policy() is None
     set_ = routing(prefixLoadCap=2.0, prefixMinGain=0.2, prefillUnitTokens=0)
-    assert (set_.prefix_policy().load_cap, set_.prefix_policy().min_gain, set_.weights().prefill_unit_tokens) == \
-        (2.0, 0.2, 0.0)
+    policy = set_.prefix_policy()
+    assert (policy.prefix_load_cap, policy.prefix_min_gain, set_.weights().prefill_unit_tokens) == (2.0, 0.2, 0.0)
     with pytest.raises(ValueError):
         routing(prefixLoadCap=0.5)
 

@@ -1,10 +1,7 @@
 import random
 from collections import Counter
 
-import pytest
 from floodway.operator.gateway.routing import BackendLoad, RoutingWeights, estimate_waiting, load_score, pick
-
-pytestmark = pytest.mark.unit
 
 W = RoutingWeights(waiting_weight=1.0, kv_weight=4.0)
 

@@ -8,8 +8,6 @@ import pytest
 from floodway.operator import procs
 from floodway.operator.gateway.upstream import UpstreamClient, UpstreamError, UpstreamTimeout
 
-pytestmark = pytest.mark.unit
-
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 7\r\n\r\n{\"a\":1}"
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 

@@ -8,8 +8,6 @@ from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.payload import is_error_body, overflow_body
 from floodway.operator.gateway.validate import refusal
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("path,payload,param", [
     ("/v1/completions", {"prompt": "a\udcffb"}, "prompt"),

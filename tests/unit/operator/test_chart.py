@@ -13,8 +13,6 @@ from floodway.operator.gateway.metrics import MARGIN_BOUND, GatewayMetrics
 from floodway.operator.render import Images, Owner, render
 from floodway.operator.spec import InferenceServiceSpec
 
-pytestmark = pytest.mark.unit
-
 CHART = REPO_ROOT / "charts" / "floodway"
 K8S_VERSION = "1.31.0"
 NOT_IN_K8S = {"ServiceMonitor"}  # a Prometheus Operator kind

@@ -12,8 +12,6 @@ from floodway.operator.controller.status import Observation
 from floodway.operator.runtimes import RUNTIMES
 from floodway.operator.spec import InferenceServiceSpec
 
-pytestmark = pytest.mark.unit
-
 PAGES = pathlib.Path(__file__).with_name("data") / "scrapes"
 TIMES = (1796080200.284, 1796080203.656, 1796080341.435)  # when each page was read (time.time())
 CLOCK = ("2026-11-30T23:10:00Z", "2026-11-30T23:10:04Z", "2026-11-30T23:12:21Z")

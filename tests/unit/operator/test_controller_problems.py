@@ -14,8 +14,6 @@ from floodway.operator.controller.storage import claim_problems, claim_roles
 from floodway.operator.planner.fit import spec_fit
 from floodway.operator.spec import InferenceServiceSpec
 
-pytestmark = pytest.mark.unit
-
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 SECRET_MSG = 'secret "hf-token" not found'
 KEY_MSG = "couldn't find key token in Secret serving/hf-token"

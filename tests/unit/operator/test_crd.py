@@ -1,10 +1,7 @@
-import pytest
 from floodway.operator.crdgen.crd import build_crd
 from floodway.operator.crdgen.files import render_yaml, stale_paths, write
 from floodway.operator.spec import InferenceServiceSpec
 from floodway.operator.spec.base import SpecModel
-
-pytestmark = pytest.mark.unit
 
 
 def schema() -> dict:

@@ -5,8 +5,6 @@ import re
 import pytest
 from floodway.operator.crdgen.files import REPO_ROOT
 
-pytestmark = pytest.mark.unit
-
 DOCKER = REPO_ROOT / "docker"
 IMAGES = ["engine", "operator"]
 

@@ -8,8 +8,6 @@ from floodway.operator.controller.scaling import autoscaler_policy
 from floodway.operator.crdgen.files import REPO_ROOT
 from floodway.operator.spec import load
 
-pytestmark = pytest.mark.unit
-
 EXAMPLES = REPO_ROOT / "charts" / "floodway" / "examples"
 
 

@@ -16,8 +16,6 @@ from floodway.operator.controller.lease import (
     view_of,
 )
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("view, seen, action", [
     (None, None, "create"),

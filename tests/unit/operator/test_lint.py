@@ -16,7 +16,6 @@ from floodway.operator.render import Images, Owner, render
 from floodway.operator.spec.resource import load
 from floodway.operator.toolvenv import CACHE, ensure_tool
 
-pytestmark = pytest.mark.unit
 CHECKOV = "checkov==3.3.30"
 CHART = REPO_ROOT / "charts" / "floodway"
 

@@ -2,12 +2,9 @@
 (pinned here), the spec it runs without them, and what it honours locally (env values, engine args, Secrets
 through $FLOODWAY_SECRET_<NAME>_<KEY>)."""
 
-import pytest
 from floodway.operator.local.cluster_only import CLUSTER_ONLY, engine_env, local_spec
 from floodway.operator.render.engine import engine_args
 from floodway.operator.spec import InferenceServiceSpec
-
-pytestmark = pytest.mark.unit
 
 CLUSTER = {
     "model": "served-name", "imagePullSecrets": ["regcred"],

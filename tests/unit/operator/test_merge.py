@@ -1,9 +1,6 @@
 """The strategic merge of engine.podTemplate: what `kubectl patch --type strategic` does on a pod template."""
 
-import pytest
 from floodway.operator.render.merge import strategic_merge
-
-pytestmark = pytest.mark.unit
 
 BASE = {"metadata": {"labels": {"a": "1"}},
         "spec": {"containers": [{"name": "engine", "image": "e:1", "env": [{"name": "X", "value": "1"}],

@@ -6,8 +6,6 @@ from floodway.operator.cli import app
 from floodway.operator.controller.cli import watch_scope
 from typer.testing import CliRunner
 
-pytestmark = pytest.mark.unit
-
 
 def test_watch_scope():
     assert watch_scope(["a", "b", "a"], False) == ["a", "b"]

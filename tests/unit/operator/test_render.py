@@ -5,8 +5,6 @@ from floodway.operator.render.engine import engine_args
 from floodway.operator.render.gateway import API_KEY_ENV, cluster_gateway_config
 from floodway.operator.spec import InferenceServiceSpec
 
-pytestmark = pytest.mark.unit
-
 OWNER = Owner("chat", "team", "uid-123")
 OVERFLOW = {"enabled": True, "baseURL": "https://api.example.com/v1/", "model": "small",
             "apiKeySecretRef": {"name": "overflow-key", "key": "api-key"}, "maxRequestsPerMinute": 600}

@@ -1,14 +1,11 @@
 """`floodway render -f`: the dry run prints exactly what render() gives the operator, for every service in a file,
 and refuses what the API server would refuse."""
 
-import pytest
 import yaml
 from floodway.operator.cli import app
 from floodway.operator.render import Images, Owner, render
 from floodway.operator.spec import parse
 from typer.testing import CliRunner
-
-pytestmark = pytest.mark.unit
 
 DOCS = [{"apiVersion": "serving.floodway.io/v1alpha1", "kind": "InferenceService",
          "metadata": {"name": "a", "namespace": "team"},

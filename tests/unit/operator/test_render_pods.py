@@ -6,8 +6,6 @@ import pytest
 from floodway.operator.render import Images, Owner, clamp_replicas, render
 from floodway.operator.spec import InferenceServiceSpec
 
-pytestmark = pytest.mark.unit
-
 OWNER = Owner("chat", "team", "uid-1")
 K8S_VERSION = "1.31.0"
 

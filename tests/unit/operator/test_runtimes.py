@@ -15,8 +15,6 @@ from floodway.operator.spec import InferenceServiceSpec
 from floodway.operator.spec.models import EngineSpec
 from pydantic import ValidationError
 
-pytestmark = pytest.mark.unit
-
 ENGINE = {"maxModelLen": 2048, "maxNumSeqs": 8, "maxNumBatchedTokens": 512, "blockSize": 32,
           "gpuMemoryUtilization": 0.8}
 

@@ -3,11 +3,8 @@ read through the Service would see a different replica's counters each tick). Se
 transport: this pins the merge, the HTTP path is the integration tests'."""
 
 import httpx
-import pytest
 from floodway.operator.autoscaler.signals import GW_HELD, GW_NEEDED, GW_OVERFLOW, GW_REQUESTS
 from floodway.operator.controller.scrape import scrape
-
-pytestmark = pytest.mark.unit
 
 
 def gateway_text(requests: float, overflow: float, held: float) -> str:

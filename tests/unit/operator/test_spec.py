@@ -1,8 +1,6 @@
 import pytest
 from floodway.operator.spec import SpecError, load, parse
 
-pytestmark = pytest.mark.unit
-
 
 def manifest(**spec) -> dict:
     return {"apiVersion": "serving.floodway.io/v1alpha1", "kind": "InferenceService",

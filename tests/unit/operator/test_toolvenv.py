@@ -7,10 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 from floodway.operator.toolvenv import OVERLAY, ensure_tool, overlay_stamp
-
-pytestmark = pytest.mark.unit
 
 
 def environment(root: Path, version: str) -> Path:

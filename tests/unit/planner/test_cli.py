@@ -8,8 +8,6 @@ import pytest
 from floodway.operator.cli import app
 from typer.testing import CliRunner
 
-pytestmark = pytest.mark.unit
-
 runner = CliRunner()
 
 

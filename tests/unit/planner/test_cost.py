@@ -4,8 +4,6 @@ import pytest
 from floodway.operator.planner.cost import cost_plan
 from floodway.operator.planner.units import PlanError
 
-pytestmark = pytest.mark.unit
-
 
 def test_break_even_against_an_api():
     # $2/GPU-hour, a replica serves 1 request/s of 1000 in + 1000 out; API $1 in, $3 out per million.

@@ -6,8 +6,6 @@ from floodway.operator.planner.fit import default_max_model_len
 from floodway.operator.planner.memory import kv_bytes_per_token
 from floodway.operator.planner.model_shape import load_shape
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("arch,overrides", [("llama", {}), ("qwen2", {"num_key_value_heads": 1})])
 def test_engine_kv_pool_matches_the_plan(tmp_path, tiny_model_path, arch, overrides):

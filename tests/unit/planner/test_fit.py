@@ -6,8 +6,6 @@ import re
 import pytest
 from floodway.operator.planner.fit import check_fit
 
-pytestmark = pytest.mark.unit
-
 GIB = 2**30
 # Llama-2-7B in float16 on one A100-40GB at utilisation 0.9, keeping max(1 GiB, 5%) = 2 GiB for activations:
 BUDGET = int(40 * GIB * 0.9)  # 38,654,705,664

@@ -4,8 +4,6 @@ import pytest
 from floodway.operator.planner.gpus import find_gpu, gpu_table, known_gpus, resolve_gpu
 from floodway.operator.planner.units import PlanError, fmt_bytes, parse_bytes
 
-pytestmark = pytest.mark.unit
-
 
 def test_table_rows_are_complete_and_sane():
     names = known_gpus()

@@ -6,8 +6,6 @@ import pytest
 from floodway.operator.planner.model_shape import hf_cache_dir, load_shape, read_config, shape_from_config
 from floodway.operator.planner.units import ConfigNotFound, PlanError
 
-pytestmark = pytest.mark.unit
-
 
 def test_builtin_model_reads_without_materialising(tmp_path, monkeypatch):
     monkeypatch.setenv("FLOODWAY_CACHE", str(tmp_path / "cache"))

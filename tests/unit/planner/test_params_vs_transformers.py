@@ -4,8 +4,6 @@ import pytest
 from floodway.engine.models.builtin import ARCHITECTURES, model_config
 from floodway.operator.planner.model_shape import shape_from_config
 
-pytestmark = pytest.mark.unit
-
 EXTRA = {
     "gpt2-tied": model_config("gpt2", tie_word_embeddings=True),
     "llama-biases-head-dim": model_config("llama", tie_word_embeddings=True, attention_bias=True, mlp_bias=True,

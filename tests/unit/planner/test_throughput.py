@@ -16,8 +16,6 @@ from floodway.operator.planner.throughput import (
 )
 from floodway.operator.planner.units import PlanError
 
-pytestmark = pytest.mark.unit
-
 PROFILE = {"model": "floodway/tiny-llama", "prefill_tokens_per_s": 10000.0,
            "decode_step_s": {"1": 0.011, "8": 0.018, "32": 0.042}, "kv_capacity_tokens": 20000, "max_num_seqs": 64}
 

@@ -6,8 +6,6 @@ from floodway.operator.planner.memory import kv_bytes, kv_bytes_per_token, weigh
 from floodway.operator.planner.model_shape import load_shape, shape_from_config
 from floodway.operator.planner.throughput import decode_ceiling_tokens_per_s
 
-pytestmark = pytest.mark.unit
-
 GIB = 2**30
 
 

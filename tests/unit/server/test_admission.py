@@ -1,8 +1,6 @@
 import pytest
 from floodway.engine.server.admission import AdmissionPolicy, QueueState, decide, retry_after
 
-pytestmark = pytest.mark.unit
-
 
 def test_admits_below_the_request_bound_and_refuses_at_it():
     policy = AdmissionPolicy(max_waiting_requests=3)

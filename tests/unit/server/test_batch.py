@@ -6,8 +6,6 @@ from dataclasses import dataclass
 import pytest
 from floodway.engine.server.batch import MergedOutputs
 
-pytestmark = pytest.mark.unit
-
 
 @dataclass
 class Out:

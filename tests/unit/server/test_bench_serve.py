@@ -1,7 +1,5 @@
 import pytest
-from floodway.engine.server.bench_serve import SweepSpec, guidellm_argv, guidellm_env
-
-pytestmark = pytest.mark.unit
+from floodway.engine.bench.guidellm import SweepSpec, guidellm_argv, guidellm_env
 
 
 def _spec(**kw) -> SweepSpec:

@@ -3,9 +3,7 @@
 import re
 
 import pytest
-from floodway.engine.server.bench_cli import served_model
-
-pytestmark = pytest.mark.unit
+from floodway.engine.bench.serve_cli import served_model
 
 
 def test_the_one_listed_model_is_used():

@@ -2,8 +2,6 @@ import httpx
 import pytest
 from floodway.engine.server.body_limit import BodyLimit
 
-pytestmark = pytest.mark.unit
-
 
 async def echo_length(scope, receive, send):
     body = b""

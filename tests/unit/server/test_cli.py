@@ -2,8 +2,6 @@ import pytest
 from floodway.operator.cli import app
 from typer.testing import CliRunner
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("flags,words", [
     (["--block-size", "0"], "block_size must be a positive integer"),

@@ -11,8 +11,6 @@ import uvicorn
 from floodway.engine.server.client_limits import HEAD_TIMEOUT_S, MAX_HEAD_BYTES, ClientLimits
 from floodway.operator import procs
 
-pytestmark = pytest.mark.unit
-
 
 async def echo_length(scope, receive, send):
     size, more = 0, True

@@ -1,9 +1,5 @@
 import time
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
 
 def test_a_request_whose_prompt_was_encoding_when_the_drain_began_gets_503_not_a_cut_stream(monkeypatch):
     """SIGTERM can come while a request awaits its prompt's encoding, after the route's first draining check. The

@@ -9,8 +9,6 @@ import pytest
 from floodway.engine.outputs import EngineStats, RequestMetrics, RequestOutput
 from floodway.engine.server.engine_loop import EngineLoop
 
-pytestmark = pytest.mark.unit
-
 
 class ScriptedEngine:
     """Each request emits one token per step until it has `max_tokens`; `fail_next_step` raises once."""

@@ -1,8 +1,6 @@
 import pytest
 from floodway.engine.server.errors import loc_to_param, param_of, validation_error
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("loc,param", [
     (("body", "temperature"), "temperature"),

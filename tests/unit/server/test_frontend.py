@@ -4,8 +4,6 @@ import pytest
 from floodway.engine.server.frontend import drain_rate
 from floodway.engine.server.state import ServerOptions
 
-pytestmark = pytest.mark.unit
-
 
 def test_drain_rate_counts_departures_in_the_window_and_forgets_older_ones():
     departures = deque([1.0, 2.0, 11.5, 12.0, 13.0])

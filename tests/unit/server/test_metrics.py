@@ -2,8 +2,6 @@ import pytest
 from floodway.engine.outputs import EngineStats, RequestMetrics, RequestOutput
 from floodway.engine.server.metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS, ServerMetrics
 
-pytestmark = pytest.mark.unit
-
 MODEL = "m"
 
 

@@ -5,8 +5,6 @@ import pytest
 from floodway.engine.server.protocol import ChatCompletionRequest, CompletionRequest
 from pydantic import ValidationError
 
-pytestmark = pytest.mark.unit
-
 
 def test_protocol_import_is_torch_free():
     code = ("import sys, floodway.engine.server.protocol, floodway.engine.server; "

@@ -13,8 +13,6 @@ from floodway.engine.server.errors import APIError
 from floodway.engine.server.protocol import ChatCompletionRequest, CompletionRequest
 from floodway.engine.server.tokenize import PromptEncoder
 
-pytestmark = pytest.mark.unit
-
 
 class RecordingTokenizer:
     """One character per token, longest vocabulary entry 3 characters; records the threads that used it."""

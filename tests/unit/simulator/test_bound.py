@@ -3,11 +3,9 @@
 import pytest
 from floodway.operator.simulator import bound
 from floodway.operator.simulator.bound import Schedule, following, main, near_peak, run_schedule, token_pool
-from floodway.operator.simulator.des import SimConfig
+from floodway.operator.simulator.config import SimConfig
 from floodway.operator.simulator.replica import ReplicaProfile
-from floodway.operator.simulator.traces import Request, steps
-
-pytestmark = pytest.mark.unit
+from floodway.operator.simulator.traces import TraceRequest, steps
 
 CFG = SimConfig(profile=ReplicaProfile(max_num_seqs=16), cold_start_s=60.0)
 
@@ -73,8 +71,9 @@ def test_bound_cli_prints_the_least_replica_hours_meeting_the_targets_and_reacti
 
 def test_reactive_rules_see_only_the_past():
     # 10 quiet seconds of 100-token prompts, a burst of 20 x 5000 tokens in 20-25 s, then quiet to 200 s.
-    trace = [Request(float(t), 100, 10) for t in range(20)] + [Request(20 + i / 4, 5000, 10) for i in range(20)] \
-        + [Request(float(t), 100, 10) for t in range(30, 200)]
+    trace = [TraceRequest(float(t), 100, 10) for t in range(20)] \
+        + [TraceRequest(20 + i / 4, 5000, 10) for i in range(20)] \
+        + [TraceRequest(float(t), 100, 10) for t in range(30, 200)]
     trace.sort(key=lambda r: r.arrival_s)
     s = token_pool(trace, span_s=5.0, tokens_per_replica_s=1000.0, hold_s=60.0, floor=1, first=2)
     assert s.at(0.0) == 2 and s.at(20.0) == 1  # before the burst: the floor (first only until the first tick)

@@ -4,8 +4,6 @@ import subprocess
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
 
 def test_simulate_prints_the_table_and_writes_the_plot(floodway_cmd, tmp_path):
     png = tmp_path / "sim.png"

@@ -4,15 +4,15 @@ from dataclasses import replace
 
 import pytest
 from floodway.operator.autoscaler.baselines import StaticPolicy, decide_static
-from floodway.operator.autoscaler.policy import AutoscalerPolicy, Decision, decide
+from floodway.operator.autoscaler.policy import ScaleDecision, decide
+from floodway.operator.controller.scaling import default_policy
 from floodway.operator.gateway.overflow import OverflowPolicy
 from floodway.operator.simulator import compare
-from floodway.operator.simulator.des import Scaler, SimConfig, Simulation, simulate
+from floodway.operator.simulator.config import SimConfig
+from floodway.operator.simulator.des import Scaler, Simulation, simulate
 from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.simulator.report import summarize, table
 from floodway.operator.simulator.traces import idle_then_burst, steps
-
-pytestmark = pytest.mark.unit
 
 SMALL = ReplicaProfile(max_num_seqs=16)
 CFG = SimConfig(profile=SMALL, cold_start_s=60.0)
@@ -40,9 +40,9 @@ def test_static_replica_hours_and_full_service():
 def test_a_new_replica_is_ready_only_after_the_cold_start():
     def two_after_100(state, signals, policy, now):
         n = 2 if now >= 100 else 1
-        return Decision(n, "test", replace(state, replicas=n))
+        return ScaleDecision(n, "test", replace(state, replicas=n))
     tr = steps([1], step_s=400, seed=2)
-    res = simulate(tr, Scaler("t", two_after_100, StaticPolicy(1, interval_s=10), 1), CFG)
+    res = simulate(tr, Scaler("t", two_after_100, StaticPolicy(1, interval_seconds=10), 1), CFG)
     ready = {p["t"]: p["ready"] for p in res.timeline}
     assert ready[150.0] == 1 and ready[170.0] == 2  # asked at t=100, cold start 60 s
     assert res.scale_events == 1
@@ -66,7 +66,7 @@ def test_queue_depth_overflow_spills_a_burst():
 
 def test_scale_from_zero_holds_the_first_requests_until_a_replica_is_ready():
     tr = idle_then_burst(base_rate=0.0001, burst_rate=2, duration_s=400, burst_at_s=50, burst_len_s=300, bursts=1)
-    p = AutoscalerPolicy(min_replicas=0, scale_to_zero_after_s=600, target_concurrency=16)
+    p = default_policy(replicas_min=0, scale_to_zero_after_seconds=600, target_concurrency=16)
     cfg = replace(CFG, overflow=OverflowPolicy(enabled=False, hold_timeout_s=120, hold_queue_size=1000))
     res = simulate(tr, Scaler("ours", decide, p, 0), cfg)
     assert res.reasons[0][1] == 1 and res.reasons[0][0] < 60

@@ -1,13 +1,11 @@
 """The simulator's prefix caching (replica.py) and prefix-aware routing (gateway.py, the gateway's pick_prefix)."""
 
-import pytest
 from floodway.operator.autoscaler.baselines import StaticPolicy, decide_static
-from floodway.operator.simulator.des import Scaler, SimConfig, simulate
+from floodway.operator.simulator.config import SimConfig
+from floodway.operator.simulator.des import Scaler, simulate
 from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
 from floodway.operator.simulator.report import summarize
 from floodway.operator.simulator.traces import BLOCK_TOKENS, load_trace, resolve_trace, spread_ticks
-
-pytestmark = pytest.mark.unit
 
 
 def test_a_replica_skips_the_prefill_of_cached_leading_blocks_and_evicts_lru():

@@ -5,8 +5,6 @@ import json
 import pytest
 from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
 
-pytestmark = pytest.mark.unit
-
 PROFILE = ReplicaProfile(prefill_tokens_per_s=10_000, decode_step_s={1: 0.01, 8: 0.02, 32: 0.05},
                          kv_capacity_tokens=10_000, max_num_seqs=8, max_num_batched_tokens=1000,
                          decode_s_per_kv_token=0.0)

@@ -18,8 +18,6 @@ from floodway.operator.simulator.run import Options, prepare
 from floodway.operator.simulator.service import SIMULATED_API, capacity_fields
 from floodway.operator.spec import InferenceServiceSpec
 
-pytestmark = pytest.mark.unit
-
 # A profile as `floodway bench engine --profile-out` writes it (decode steps per batch size, as strings).
 BENCH_PROFILE = {"model": "floodway/llama-150m", "prefill_tokens_per_s": 1000.04, "decode_context_tokens": 256,
                  "decode_step_s": {"1": 0.01, "8": 0.02, "32": 0.05}, "kv_capacity_tokens": 32768,
@@ -72,7 +70,7 @@ def test_a_profile_becomes_the_spec_fields_and_both_paths_decide_alike(tmp_path)
 def test_without_a_profile_capacity_a_replica_holds_target_concurrency():
     spec = InferenceServiceSpec.model_validate({"model": "m", "autoscaling": {"targetConcurrency": 12}})
     p = autoscaler_policy(spec)
-    assert (p.prefill_tokens_per_s, p.decode_sequences, p.per_replica) == (0, 0, 12)
+    assert (p.prefill_tokens_per_second, p.decode_sequences, p.per_replica) == (0, 0, 12)
 
 
 def test_the_simulated_gateway_overflows_by_the_shipped_rule():

@@ -2,8 +2,6 @@ import pytest
 from floodway.operator.simulator.report import Summary
 from floodway.operator.simulator.sweep import Row, render
 
-pytestmark = pytest.mark.unit
-
 
 def summary(name, attainment, hours, overflow=0.0):
     return Summary(name, 100, attainment, 1.0, 0.1, 0.4, hours, overflow, 0, 0)
@@ -19,7 +17,7 @@ def test_a_row_names_each_target_it_misses():
 
 
 def test_the_static_pool_within_budget_is_the_largest_the_bound_factor_pays_for():
-    from floodway.operator.simulator.des import SimConfig
+    from floodway.operator.simulator.config import SimConfig
     from floodway.operator.simulator.replica import ReplicaProfile
     from floodway.operator.simulator.sweep import static_within_budget
     from floodway.operator.simulator.traces import steps

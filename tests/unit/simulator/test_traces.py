@@ -18,8 +18,6 @@ from floodway.operator.simulator.traces import (
     traces_dir,
 )
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("name", ["azure-conv", "mooncake"])
 def test_vendored_traces_decompress_to_the_documented_originals(name, monkeypatch):

@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import yaml
 from floodway.operator import procs
-from floodway.operator.gateway.bench import _wait_idle
-from floodway.operator.gateway.loadgen import send_each_at_rate
+from floodway.operator.bench.gateway import _wait_idle
+from floodway.operator.bench.loadgen import send_each_at_rate
 from floodway.operator.gateway.prefix_index import BLOCK_TOKENS, request_keys
 from floodway.operator.simulator.traces import open_trace, resolve_trace
 from floodway.operator.stats import quantile

@@ -29,7 +29,7 @@ def target_model(target: str) -> str:
         raise ValueError(f"cannot read the served model from {target}/v1/models ({e}): pass --model") from None
 
 
-def register_bench(bench_app: typer.Typer) -> None:
+def register(bench_app: typer.Typer) -> None:
     @bench_app.command("serve")
     def serve(
         target: str = typer.Option(None, help="Server base URL; default: start a local `floodway engine`."),
@@ -51,14 +51,14 @@ def register_bench(bench_app: typer.Typer) -> None:
         import dataclasses
         import subprocess
 
-        from floodway.engine.models.builtin import BUILTIN_MODELS, resolve_model
-        from floodway.engine.server.bench_serve import (
+        from floodway.engine.bench.guidellm import (
             DEFAULT_VENV,
             SweepSpec,
             ensure_guidellm,
             guidellm_argv,
             guidellm_env,
         )
+        from floodway.engine.models.builtin import BUILTIN_MODELS, resolve_model
         from floodway.operator.procs import FLOODWAY_ARGV, free_port, start
 
         if model is None:

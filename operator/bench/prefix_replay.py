@@ -28,7 +28,7 @@ from floodway.engine.outputs import RequestMetrics
 from floodway.engine.request import Request
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.scheduler import Scheduler
-from floodway.operator.gateway.bench_routing import (
+from floodway.operator.bench.routing import (
     ENGINE_BLOCK,
     bound_blocks,
     first_turns,
@@ -217,8 +217,8 @@ def routers() -> list[Router]:
     shipped = PrefixPolicy()
     return [Router("load-only"), Router("prefix-aware", shipped), Router("+ token keys", shipped, "tokens"),
             Router("+ engine cache", shipped, "engine"),
-            Router("cap 1.5x+2", replace(shipped, load_cap=1.5, load_slack=2.0)),
-            Router("no cap", replace(shipped, load_cap=float("inf")))]
+            Router("cap 1.5x+2", replace(shipped, prefix_load_cap=1.5, prefix_load_slack=2.0)),
+            Router("no cap", replace(shipped, prefix_load_cap=float("inf")))]
 
 
 def ttft_at_bound(prompts: list[list[int]], shape: EngineShape) -> list[float]:

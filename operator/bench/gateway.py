@@ -18,8 +18,8 @@ import time
 import httpx
 import yaml
 from floodway.operator import procs
+from floodway.operator.bench.loadgen import send_at_rate
 from floodway.operator.gateway.backends import parse_engine_load
-from floodway.operator.gateway.loadgen import send_at_rate
 from floodway.operator.stats import quantile
 
 

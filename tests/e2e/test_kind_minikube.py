@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
 

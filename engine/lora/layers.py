@@ -1,0 +1,73 @@
+"""The LoRA wrapper around any linear of our decoder (float, packed bf16, quantized): y = base(x) + delta(x), where
+row t's delta is x_t @ A[slot_t] @ B[slot_t] * scale[slot_t] and rows of the base model get none.
+
+The slot stacks (A [S, in, P*R], B [S, P*R, out], scale [S, 1, 1]) are filled by `Slots.load`; the step's rows
+come from the shared `StepState`, set by the runner around each forward (None: the step has no adapter rows).
+"""
+
+import torch
+from floodway.engine.lora.batch import DeviceBatch
+from floodway.engine.lora.peft_format import Geometry
+from torch import nn
+
+
+class StepState:
+    batch: DeviceBatch | None = None
+
+
+class LoRALinear(nn.Module):
+    def __init__(self, base: nn.Module, step: StepState, slots: int, in_features: int, width: int, out_features: int,
+                 scale: torch.Tensor, device, dtype):
+        super().__init__()
+        self.base, self.step, self.scale = base, step, scale
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.lora_a = torch.zeros(slots, in_features, width, device=device, dtype=dtype)
+        self.lora_b = torch.zeros(slots, width, out_features, device=device, dtype=dtype)
+
+    @property
+    def kernel(self) -> str:
+        from floodway.engine.quant.linear import kernel_of
+
+        return f"{kernel_of(self.base)} + LoRA (rank-padded bmm over {self.lora_a.shape[0]} slots)"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)
+        b = self.step.batch
+        if b is None:
+            return y
+        for slot, start, end in b.runs:
+            d = torch.mm(torch.mm(x[start:end], self.lora_a[slot]), self.lora_b[slot])
+            y[start:end] += d.mul_(self.scale[slot])
+        if b.rows is not None:
+            k, m = b.num_slots, b.per_slot
+            xp = x.index_select(0, b.gather).view(k, m, -1)
+            d = torch.bmm(torch.bmm(xp, self.lora_a[:k]), self.lora_b[:k]).mul_(self.scale[:k])
+            y.index_add_(0, b.rows, d.view(k * m, -1).index_select(0, b.dest))
+        return y
+
+
+class Slots:
+    """The resident adapters' weights: every wrapped linear's stacks, and one scale per slot."""
+
+    def __init__(self, decoder, geometry: Geometry, num_slots: int, max_rank: int, device, dtype):
+        self.step = StepState()
+        self.scale = torch.zeros(num_slots, 1, 1, device=device, dtype=torch.float32)
+        self.linears: dict[tuple[int, str], LoRALinear] = {}
+        for i, layer in enumerate(decoder.layers):
+            for name, (n_in, outs) in geometry.linears.items():
+                wrapped = LoRALinear(getattr(layer, name), self.step, num_slots, n_in, len(outs) * max_rank,
+                                     sum(outs), self.scale, device, dtype)
+                setattr(layer, name, wrapped)
+                self.linears[i, name] = wrapped
+
+    def load(self, slot: int, weights) -> None:
+        """Copies an AdapterWeights into a slot (zeros where it has no weights)."""
+        for key, lin in self.linears.items():
+            pair = weights.tensors.get(key)
+            if pair is None:
+                lin.lora_a[slot].zero_()
+                lin.lora_b[slot].zero_()
+            else:
+                lin.lora_a[slot].copy_(pair[0])
+                lin.lora_b[slot].copy_(pair[1])
+        self.scale[slot] = weights.scale

@@ -1,0 +1,139 @@
+"""Quantized linears and the choice of their kernel, made once at load per device.
+
+Every linear a model calls (float `nn.Linear`, `packed_linear.PackedLinear`, or the classes here) maps x [T, in] to
+[T, out] and has `in_features`, `out_features`, and `kernel` (a name for the startup log and /debug/engine;
+`kernel_of` names the float ones). A per-row LoRA delta can wrap any of them from outside: y = base(x) + delta(x).
+
+CPU: torch's packed int4 matmul (`_weight_int4pack_mm_for_cpu`: w = (q - 8) * scale + zero per group of 32..256
+columns) computes in bfloat16; its float32 path runs several times slower than a float32 matmul, so float32 is
+refused rather than served slowly. int8 codes are split into their high and low nibbles, two int4 weights side by
+side along the input (x repeated), which keeps int8's group-wise scales exact in one call; torch's own int8 kernel
+(`_weight_int8pack_mm`) has one scale per output row only and ran slower here. CUDA: our Triton kernel
+(`kernels/quant_matmul.py`) dequantizes each tile in the GEMM.
+"""
+
+import torch
+from floodway.engine.quant.weights import QuantWeight
+from torch import nn
+
+CPU_GROUPS = (32, 64, 128, 256)  # the groups the CPU int4 kernel takes
+
+
+class Unsupported(ValueError):  # a ValueError: the CLIs report it as a bad setting, without a traceback
+    pass
+
+
+def check(name: str, bits: int, group: int, device: torch.device, dtype: torch.dtype) -> None:
+    """Raises Unsupported naming the format and the alternative where no kernel here serves it (pure)."""
+    if device.type == "cpu":
+        if dtype != torch.bfloat16:
+            raise Unsupported(f"{name} weights on CPU compute in bfloat16 (torch's packed int4 kernel has no fast "
+                              f"{str(dtype).removeprefix('torch.')} path): use --dtype bfloat16 (or auto), or "
+                              f"--quantization none for float weights")
+        if group not in CPU_GROUPS:
+            raise Unsupported(f"{name} has groups of {group} columns; the CPU int4 kernel takes {CPU_GROUPS}: use "
+                              f"--quantization none")
+    elif device.type == "cuda":
+        from floodway.engine import attention
+
+        if not attention.KERNELS_AVAILABLE:
+            raise Unsupported(f"{name} weights on CUDA need triton (our dequantizing GEMM), which is not installed: "
+                              f"install triton, or use --quantization none")
+    else:
+        raise Unsupported(f"no {name} kernel on {device.type}: use --quantization none")
+    if bits not in (4, 8):
+        raise Unsupported(f"{name}: {bits}-bit codes have no kernel here (4 and 8 do)")
+
+
+def make(w: QuantWeight, bias: torch.Tensor | None, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    check(w.name, w.bits, w.group, device, dtype)
+    if device.type == "cpu":
+        return CpuInt4Linear(w, bias, dtype) if w.bits == 4 else CpuInt8Linear(w, bias, dtype)
+    return TritonLinear(w, bias, device, dtype)
+
+
+def kernel_of(module: nn.Module) -> str:
+    """The kernel name of any linear the model calls."""
+    if hasattr(module, "kernel"):
+        return module.kernel
+    if type(module).__name__ == "PackedLinear":
+        return "onednn packed bf16"
+    return f"F.linear {str(module.weight.dtype).removeprefix('torch.')}"
+
+
+def _tinygemm(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, dtype) -> tuple[torch.Tensor, ...]:
+    """codes [N, K] in 0..15 and w = (codes - 8) * scale + zero per group -> (packed, scale_and_zero [G, N, 2])."""
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+    return packed, torch.stack([scale, zero], -1).transpose(0, 1).to(dtype).contiguous()
+
+
+class _CpuLinear(nn.Module):
+    def __init__(self, w: QuantWeight, bias: torch.Tensor | None, dtype: torch.dtype):
+        super().__init__()
+        self.out_features, self.in_features = w.shape
+        self.group = w.group
+        self.bias = None if bias is None else bias.detach().to(dtype)
+        self.kernel = f"aten._weight_int4pack_mm_for_cpu ({w.name}, group {w.group}{self.KERNEL_NOTE})"
+
+    def _mm(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
+        return y if self.bias is None else y + self.bias
+
+
+class CpuInt4Linear(_CpuLinear):
+    KERNEL_NOTE = ""
+
+    def __init__(self, w: QuantWeight, bias, dtype):
+        super().__init__(w, bias, dtype)
+        # codes * s + m = (codes - 8) * s + (m + 8 s)
+        self.packed, self.scale_zero = _tinygemm(w.codes, w.scales, w.mins + 8 * w.scales, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mm(x)
+
+
+class CpuInt8Linear(_CpuLinear):
+    KERNEL_NOTE = ", int8 as two nibble planes"
+
+    def __init__(self, w: QuantWeight, bias, dtype):
+        super().__init__(w, bias, dtype)
+        # codes = 16 hi + lo: s * codes + m = [(hi - 8) * 16s + (m + 128 s)] + [(lo - 8) * s + 8 s]
+        s, m = w.scales, w.mins
+        codes = torch.cat([w.codes >> 4, w.codes & 15], 1)
+        self.packed, self.scale_zero = _tinygemm(codes, torch.cat([16 * s, s], 1), torch.cat([m + 128 * s, 8 * s], 1),
+                                                 dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mm(torch.cat([x, x], -1))
+
+
+class TritonLinear(nn.Module):
+    def __init__(self, w: QuantWeight, bias: torch.Tensor | None, device: torch.device, dtype: torch.dtype):
+        from floodway.engine.kernels import quant_matmul
+
+        super().__init__()
+        self.out_features, self.in_features = w.shape
+        self.bits, self.group = w.bits, w.group
+        self.codes = quant_matmul.pack_codes(w.codes, w.bits).to(device)
+        self.scales, self.mins = w.scales.to(device), w.mins.to(device)
+        self.bias = None if bias is None else bias.detach().to(device, dtype)
+        self.kernel = f"triton dequantizing GEMM ({w.name}, group {w.group})"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from floodway.engine.kernels import quant_matmul
+
+        return quant_matmul.matmul(x, self.codes, self.scales, self.mins, self.bits, self.group, self.bias)
+
+
+class QuantEmbedding(nn.Module):
+    """Token embedding rows gathered from codes and dequantized (the tied head's weight read once, not kept twice
+    in float)."""
+
+    def __init__(self, w: QuantWeight, device: torch.device, dtype: torch.dtype):
+        super().__init__()
+        self.codes, self.scales, self.mins = w.codes.to(device), w.scales.to(device), w.mins.to(device)
+        self.group, self.dtype = w.group, dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = QuantWeight(self.codes[ids], self.scales[ids], self.mins[ids], 0, self.group, "").dequantize()
+        return rows.to(self.dtype)

@@ -1,0 +1,72 @@
+"""Each runtime's command line for the spec's settings (the runtime table itself: operator/runtimes.py)."""
+
+from collections.abc import Callable
+
+from floodway.operator.spec import InferenceServiceSpec
+
+
+def _vllm_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
+    # vLLM's flags; our engine takes the same names.
+    e = spec.engine
+    return ["--model", spec.model_source, "--served-model-name", spec.model_name, "--host", host, "--port", str(port),
+            "--dtype", e.dtype, "--max-model-len", str(e.max_model_len), "--max-num-seqs", str(e.max_num_seqs),
+            "--max-num-batched-tokens", str(e.max_num_batched_tokens), "--block-size", str(e.block_size),
+            "--gpu-memory-utilization", str(e.gpu_memory_utilization),
+            "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching"]
+
+
+def _drain_s(spec: InferenceServiceSpec) -> int:
+    # Finish in-flight requests after SIGTERM, a few seconds inside the pod's grace period.
+    return max(spec.engine.termination_grace_period_seconds - 5, 1)
+
+
+def _vllm_only_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
+    # vLLM aborts every request in flight on SIGTERM unless given a shutdown timeout (its default, 0, aborts).
+    return _vllm_args(spec, host, port) + ["--shutdown-timeout", str(_drain_s(spec))]
+
+
+def _floodway_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
+    # TPOT protection: the engine budgets each step's prefill so decoding requests keep the spec's TPOT.
+    return _vllm_args(spec, host, port) + ["--drain-timeout", str(_drain_s(spec)),
+                                           "--tpot-slo-ms", f"{spec.slo.tpot_ms:g}"]
+
+
+def _sglang_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
+    e = spec.engine
+    args = ["--model-path", spec.model_source, "--served-model-name", spec.model_name, "--host", host,
+            "--port", str(port),
+            "--dtype", e.dtype, "--context-length", str(e.max_model_len),
+            "--max-running-requests", str(e.max_num_seqs), "--chunked-prefill-size", str(e.max_num_batched_tokens),
+            "--page-size", str(e.block_size), "--mem-fraction-static", str(e.gpu_memory_utilization),
+            "--enable-metrics"]
+    return args + ([] if e.enable_prefix_caching else ["--disable-radix-cache"])
+
+
+def _tgi_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
+    # TGI picks its own KV block size and caches prefixes unless PREFIX_CACHING=0 is in engine.env; it takes
+    # no float32 and chooses by itself on auto.
+    e = spec.engine
+    args = ["--model-id", spec.model_source, "--served-model-name", spec.model_name, "--hostname", host,
+            "--port", str(port),
+            "--max-input-tokens", str(max(e.max_model_len - 1, 1)), "--max-total-tokens", str(e.max_model_len),
+            "--max-batch-size", str(e.max_num_seqs), "--max-batch-prefill-tokens", str(e.max_num_batched_tokens),
+            "--cuda-memory-fraction", str(e.gpu_memory_utilization)]
+    return args + (["--dtype", e.dtype] if e.dtype in ("float16", "bfloat16") else [])
+
+
+def _llamacpp_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
+    # spec.model is a GGUF file. llama-server splits --ctx-size evenly over its --parallel slots, so each slot
+    # (one sequence) gets max_model_len. GGUF files fix their own precision: dtype does not apply.
+    e = spec.engine
+    args = ["--model", spec.model_source, "--alias", spec.model_name, "--host", host, "--port", str(port),
+            "--parallel", str(e.max_num_seqs), "--ctx-size", str(e.max_model_len * e.max_num_seqs),
+            "--batch-size", str(e.max_num_batched_tokens), "--metrics"]
+    if spec.resources.gpus:
+        args += ["--n-gpu-layers", "999"]  # every layer on the GPU
+    return args + ([] if e.enable_prefix_caching else ["--no-cache-prompt"])
+
+
+# runtime name -> (spec, host, port) -> the container's arguments, before tensor parallelism and extraArgs
+RUNTIME_ARGS: dict[str, Callable[[InferenceServiceSpec, str, int], list[str]]] = {
+    "floodway": _floodway_args, "vllm": _vllm_only_args, "sglang": _sglang_args, "tgi": _tgi_args,
+    "llamacpp": _llamacpp_args}

@@ -1,0 +1,37 @@
+"""What a simulation runs with besides the trace and the scaler: the replicas' profile, cold start, SLO, the
+gateway's overflow rule and its predictions, the external API's latencies, and prefix caching."""
+
+from dataclasses import dataclass, field
+
+from floodway.operator.gateway import overflow as ov
+from floodway.operator.gateway.routing import PrefixPolicy
+from floodway.operator.simulator.replica import ReplicaProfile
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    profile: ReplicaProfile = field(default_factory=ReplicaProfile)
+    cold_start_s: float = 120.0
+    ttft_slo_s: float = 0.5
+    tpot_slo_s: float = 0.05
+    overflow: ov.OverflowPolicy = field(default_factory=ov.OverflowPolicy)  # enabled=False: no overflow
+    external_ttft_s: float = 0.4
+    external_tpot_s: float = 0.03
+    sample_s: float = 10.0
+    # The gateway's PoolState.waiting: engines' waiting queues only (as scraped), or also the requests still in
+    # prefill (the gateway knows its own requests without a first byte): those delay TTFT just as much.
+    waiting_includes_prefill: bool = False
+    # The gateway's predicted TTFT: from the prefill tokens ahead of the request on the replica it would pick
+    # (as the gateway does: engines export floodway_num_prefill_tokens_waiting), or from waiting counts and
+    # an end-to-end latency average (the former gateway's rule, for comparison).
+    ttft_from_prefill_backlog: bool = True
+    # With it, the rate that backlog is divided by: the one each replica exports from its step times (our engine's
+    # floodway_prefill_tokens_per_second), or, as the gateway does for runtimes that export none (vLLM), the
+    # prompt tokens/s earlier answers showed up to their first token (EWMA 0.2). The gateway learns the latter
+    # either way: it stands in for a replica that has timed no prefill yet.
+    learned_prefill_rate: bool = False
+    # TPOT protection in the replicas (the engine's --tpot-slo-ms at the TPOT SLO, as the operator renders it).
+    prefill_budget: bool = True
+    # Prefix caching in the replicas and the gateway's router: None (not modelled), "load" or "prefix".
+    prefix: str | None = None
+    prefix_policy: PrefixPolicy = field(default_factory=PrefixPolicy)

@@ -1,0 +1,31 @@
+"""`--quantization int8|int4` (round-to-nearest in groups of 32 at load) on SmolLM2 against float32: the loss on a
+held text stays within what the bits allow (engine/bench/quant_quality.py measures the same rows).
+
+int8 rounds each weight to absmax/127 steps of its group (as Q8_0), int4 to (max - min)/15 steps (as Q4_1); the
+reference's weights are already on a Q4_1 grid, which int4 re-rounds in bf16. Bounds as in test_quantized_gguf.py:
+8-bit loss near bf16 compute's own, 4-bit a few percent of perplexity.
+"""
+
+import pytest
+from floodway.engine.bench import quant_quality as quality
+from floodway.engine.models.smollm2 import NAME
+
+CHATS = quality.CHATS[:1]  # "What is the capital of France?"
+BOUNDS = {"int8": (0.01, 0.01), "int4": (0.15, 0.05)}  # format -> (max mean KL in nats, max |ppl / fp32 - 1|)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return quality.measure(dict(model=NAME, quantization="none", dtype="float32"), CHATS, max_tokens=12)
+
+
+@pytest.mark.parametrize("method", list(BOUNDS))
+def test_rtn_loss_stays_within_its_bits(reference, method, capsys):
+    got = quality.measure(dict(model=NAME, quantization=method), CHATS, max_tokens=12)
+    assert f"{method}, group 32" in got["kernels"]["gate_up"]
+    c = quality.compare(reference, got)
+    ppl_ratio = c["ppl"] / quality.perplexity(reference["logp"], reference["ids"])
+    with capsys.disabled():
+        print(f"\n{method}: mean KL {c['kl']:.5f} nats, perplexity x{ppl_ratio:.4f}, answer {got['texts'][0]!r}")
+    kl_bound, ppl_bound = BOUNDS[method]
+    assert c["kl"] < kl_bound and abs(ppl_ratio - 1) < ppl_bound

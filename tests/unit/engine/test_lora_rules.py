@@ -1,0 +1,206 @@
+"""LoRA's pure rules: the step's row plan, slot assignment and admission, the settings, PEFT config checks and the
+delta's scale, the slot layout, the prefix cache keyed by adapter, and the scheduler's adapter cap."""
+
+import json
+
+import pytest
+import torch
+from floodway.engine.block_pool import BlockPool
+from floodway.engine.config import EngineConfig
+from floodway.engine.kv_manager import KVManager
+from floodway.engine.lora import batch, config, peft_format, residency
+from floodway.engine.lora.registry import Adapter, CpuCache, DuplicateAdapter, Registry, UnknownAdapter
+from floodway.engine.outputs import RequestMetrics
+from floodway.engine.request import Request
+from floodway.engine.sampling_params import SamplingParams
+from floodway.engine.scheduler import Scheduler
+
+
+def test_plan_slices_long_runs_and_pads_the_rest_by_slot():
+    # rows: 3 decodes (slots 1, -1, 1), then a 20-row prefill of slot 0, then a 2-row chunk of slot 2
+    slots = [1, -1, 1] + [0] * 20 + [2, 2]
+    p = batch.plan(slots, run_rows=16)
+    assert p.runs == [(0, 3, 23)]
+    assert p.rows == [0, 2, 23, 24]  # by slot, then row order; the base row is in neither
+    assert (p.num_slots, p.per_slot) == (3, 2)
+    assert p.dest == [2, 3, 4, 5]  # slot s, j-th row -> s * M + j
+    assert batch.plan([-1, -1]) is None
+    d = batch.to_device(p, "cpu")
+    assert d.gather.tolist() == [0, 0, 0, 2, 23, 24] and d.rows.tolist() == p.rows
+
+
+def test_plan_rows_compute_each_rows_own_delta():
+    """The padded bmm over slots equals a per-row loop, whatever the mix (an oracle by definition)."""
+    from floodway.engine.lora.layers import LoRALinear, StepState
+
+    torch.manual_seed(0)
+    base = torch.nn.Linear(8, 6)
+    step = StepState()
+    scale = torch.tensor([0.5, 2.0, 3.0]).view(3, 1, 1)
+    lin = LoRALinear(base, step, 3, 8, 4, 6, scale, "cpu", torch.float32)
+    lin.lora_a.normal_()
+    lin.lora_b.normal_()
+    slots = [2, -1, 0, 0, 2] + [1] * 5 + [-1]
+    x = torch.randn(len(slots), 8)
+    step.batch = batch.to_device(batch.plan(slots, run_rows=3), "cpu")
+    got = lin(x)
+    want = torch.stack([base(x[t]) + (0 if s < 0 else x[t] @ lin.lora_a[s] @ lin.lora_b[s] * scale[s, 0, 0])
+                        for t, s in enumerate(slots)])
+    torch.testing.assert_close(got, want)
+
+
+def test_assign_prefers_empty_slots_then_least_recently_used_not_needed_now():
+    assert residency.assign([None, None, None], [0, 0, 0], [7, 8]) == [(0, 7), (1, 8)]
+    # slot 1 (adapter 5) is older than slot 0 (adapter 4); adapter 4 is needed, so slot 1 goes
+    assert residency.assign([4, 5, 6], [3, 1, 2], [4, 9]) == [(1, 9)]
+    assert residency.assign([4, 5], [1, 2], [4, 5]) == []
+    with pytest.raises(ValueError, match="max-loras"):
+        residency.assign([4], [0], [5, 6])
+
+
+def test_residency_loads_once_and_evicts_lru():
+    r, loads = residency.Residency(2), []
+    where = r.slots_for([1, 2], lambda s, a: loads.append((s, a)))
+    assert where == {1: 0, 2: 1} and loads == [(0, 1), (1, 2)]
+    r.slots_for([1], lambda s, a: loads.append((s, a)))  # 2 is now the least recently used
+    assert r.slots_for([3, 1], lambda s, a: loads.append((s, a))) == {3: 1, 1: 0}
+    assert loads[-1] == (1, 3) and r.swaps == 3
+
+
+def test_admits_caps_distinct_adapters():
+    assert residency.admits(None, {1, 2}, 2)  # the base model always fits
+    assert residency.admits(1, {1, 2}, 2)
+    assert not residency.admits(3, {1, 2}, 2)
+    assert residency.admits(3, {1, 2}, None)
+
+
+def test_settings_rules():
+    assert config.parse_modules(["a=/x", "b/c=/y=z"]) == {"a": "/x", "b/c": "/y=z"}
+    for bad, msg in ((["a"], "name=path"), (["a=/x", "a=/y"], "twice"), (["=x"], "lora_name"),
+                     ([" a=/x"], "lora_name")):
+        with pytest.raises(ValueError, match=msg):
+            config.parse_modules(bad)
+    EngineConfig(enable_lora=True, lora_modules=["a=/x"], max_loras=2, max_cpu_loras=4).validate()
+    for kw, msg in ((dict(lora_modules=["a=/x"]), "needs enable_lora"),
+                    (dict(enable_lora=True, max_loras=0), "max_loras"),
+                    (dict(enable_lora=True, max_loras=4, max_cpu_loras=2), "max_cpu_loras"),
+                    (dict(enable_lora=True, max_lora_rank=0), "max_lora_rank"),
+                    (dict(enable_lora=True, compile_decode=True), "compile_decode"),
+                    (dict(enable_lora=True, model_impl="transformers"), "model_impl"),
+                    (dict(enable_lora=True, lora_modules=["floodway/tiny-llama=/x"]), "base model")):
+        with pytest.raises(ValueError, match=msg):
+            EngineConfig(**kw).validate()
+
+
+def _folder(tmp_path, **cfg):
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8, **cfg}))
+    return str(tmp_path)
+
+
+def test_read_config_refuses_with_clear_errors(tmp_path):
+    with pytest.raises(peft_format.LoRANotFound, match="no adapter folder"):
+        peft_format.read_config(str(tmp_path / "missing"), 16)
+    with pytest.raises(peft_format.LoRANotFound, match="adapter_config.json"):
+        peft_format.read_config(str(tmp_path), 16)
+    (tmp_path / "adapter_config.json").write_text("{not json")
+    with pytest.raises(peft_format.LoRAError, match="not valid JSON"):
+        peft_format.read_config(str(tmp_path), 16)
+    for cfg, msg in ((dict(r=32), "rank 32 exceeds .*--max-lora-rank 16"), (dict(r=0), "r must be"),
+                     (dict(peft_type="IA3"), "only LORA"), (dict(use_dora=True), "DoRA"),
+                     (dict(bias="all"), "bias"), (dict(lora_alpha="x"), "lora_alpha"),
+                     (dict(modules_to_save=["lm_head"]), "modules_to_save")):
+        with pytest.raises(peft_format.LoRAError, match=msg):
+            peft_format.read_config(_folder(tmp_path, **cfg), 16)
+    assert peft_format.read_config(_folder(tmp_path), 16)["r"] == 4
+
+
+def test_scale_is_peft_scaling():
+    assert peft_format.scale_of({"r": 8, "lora_alpha": 16}) == 2.0
+    assert peft_format.scale_of({"r": 16, "lora_alpha": 8, "use_rslora": True}) == 2.0
+
+
+def test_place_puts_parts_side_by_side_block_diagonally():
+    big_a, big_b = torch.zeros(3, 2 * 4), torch.zeros(2 * 4, 5 + 2)
+    a0, b0 = torch.arange(6.).view(2, 3), torch.arange(10.).view(5, 2)  # part 0: r=2, out 5
+    a1, b1 = torch.ones(1, 3), torch.full((2, 1), 7.)  # part 1: r=1, out 2
+    peft_format.place(big_a, big_b, a0, b0, 0, 0)
+    peft_format.place(big_a, big_b, a1, b1, 4, 5)
+    x = torch.randn(2, 3)
+    merged = x @ big_a @ big_b
+    torch.testing.assert_close(merged, torch.cat([x @ a0.t() @ b0.t(), x @ a1.t() @ b1.t()], 1))
+
+
+def test_load_refuses_a_different_base_model(tmp_path):
+    from safetensors.torch import save_file
+
+    geometry = peft_format.Geometry(2, {"qkv": (8, (8, 4, 4)), "o_proj": (8, (8,)), "gate_up": (8, (16, 16)),
+                                        "down_proj": (16, (8,))})
+    key = "base_model.model.model.layers.{}.self_attn.q_proj.lora_{}.weight"
+    folder = _folder(tmp_path)
+    for tensors, msg in (({key.format(0, "A"): torch.zeros(4, 10), key.format(0, "B"): torch.zeros(8, 4)},
+                          "base-model mismatch at layer 0 q_proj"),
+                         ({key.format(5, "A"): torch.zeros(4, 8), key.format(5, "B"): torch.zeros(8, 4)},
+                          "layer 5, the served model 2 layers"),
+                         ({key.format(0, "A"): torch.zeros(4, 8)}, "not its pair"),
+                         ({"base_model.model.lm_head.lora_A.weight": torch.zeros(4, 8)}, "not a LoRA weight")):
+        save_file(tensors, str(tmp_path / "adapter_model.safetensors"))
+        with pytest.raises(peft_format.LoRAError, match=msg):
+            peft_format.load(folder, geometry, 16, torch.float32)
+    (tmp_path / "adapter_model.safetensors").unlink()
+    with pytest.raises(peft_format.LoRANotFound, match="adapter_model.safetensors"):
+        peft_format.load(folder, geometry, 16, torch.float32)
+
+
+def test_registry_and_cpu_cache():
+    reg = Registry()
+    a = reg.add("a", "/x")
+    with pytest.raises(DuplicateAdapter):
+        reg.add("a", "/y")
+    assert reg.remove("a") is a
+    with pytest.raises(UnknownAdapter):
+        reg.remove("a")
+    assert reg.add("a", "/x").id != a.id  # reloaded under its name: a new id, no shared KV or weights
+    reads = []
+    cache = CpuCache(2, lambda path: reads.append(path) or path.upper())
+    x, y, z = (Adapter(n, f"/{n}", i) for i, n in enumerate("xyz"))
+    assert [cache.get(x), cache.get(y), cache.get(x), cache.get(z)] == ["/X", "/Y", "/X", "/Z"]
+    cache.get(y)  # y was the least recently used: evicted by z, read again
+    assert reads == ["/x", "/y", "/z", "/y"]
+
+
+def _req(rid, tokens, lora=None):
+    r = Request(rid, list(tokens), SamplingParams(), RequestMetrics(0.0))
+    r.lora = lora
+    return r
+
+
+def test_prefix_cache_is_keyed_by_adapter():
+    kv = KVManager(16, 4)
+    a, b = Adapter("a", "/a", 1), Adapter("b", "/b", 2)
+    first = _req("1", range(9), a)
+    assert kv.allocate(first, 9)
+    first.num_computed_tokens = 9
+    kv.cache_filled_blocks(first)
+    assert len(kv.computed_prefix(_req("2", range(9), a))[0]) == 2
+    assert kv.computed_prefix(_req("3", range(9), b)) == ([], [])
+    assert kv.computed_prefix(_req("4", range(9))) == ([], [])
+
+
+def test_block_lookup_verifies_extra_keys_not_only_the_hash():
+    pool = BlockPool(4)
+    h = pool.register(0, None, (1, 2), ("lora", 1))
+    pool.cached[hash((None, (1, 2), ()))] = 0  # a forged collision: the base model's key pointing at that block
+    assert pool.lookup(None, (1, 2), ("lora", 1)) == (0, h)
+    assert pool.lookup(None, (1, 2), ()) is None
+
+
+def test_scheduler_runs_at_most_max_loras_adapters_and_lets_others_pass():
+    sched = Scheduler(KVManager(64, 4), max_num_seqs=8, max_num_batched_tokens=64, chunked_prefill=True, max_loras=2)
+    a, b, c = (Adapter(n, f"/{n}", i) for i, n in enumerate("abc", 1))
+    reqs = [_req("1", range(3), a), _req("2", range(3), b), _req("3", range(3), c), _req("4", range(3)),
+            _req("5", range(3), a)]
+    for r in reqs:
+        sched.add(r)
+    out = sched.schedule()
+    assert [s.req.request_id for s in out.seqs] == ["1", "2", "4", "5"]  # c waits for a free slot, in its place
+    assert [r.request_id for r in sched.waiting] == ["3"]
