@@ -14,8 +14,9 @@ class LLM:
         self._counter = 0
 
     def generate(self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams] | None = None,
-                 use_tqdm: bool = False) -> list[RequestOutput]:
-        """Final outputs in input order: n per prompt (its choices by index; with best_of, the n best)."""
+                 use_tqdm: bool = False, lora: str | None = None) -> list[RequestOutput]:
+        """Final outputs in input order: n per prompt (its choices by index; with best_of, the n best); lora: the
+        adapter (a --lora-modules name) every prompt runs with."""
         params = params if params is not None else SamplingParams()
         per = params if isinstance(params, list) else [params] * len(prompts)
         if len(per) != len(prompts):
@@ -24,7 +25,7 @@ class LLM:
         for prompt, p in zip(prompts, per, strict=True):
             ids.append(f"gen-{self._counter}")
             self._counter += 1
-            self.engine.add_request(ids[-1], prompt, p)
+            self.engine.add_request(ids[-1], prompt, p, lora=lora)
         finals: dict[str, list[RequestOutput]] = {i: [] for i in ids}
         bar = None
         if use_tqdm:

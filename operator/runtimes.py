@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from floodway.engine.spec_decode import config as spec_config
+
 
 @dataclass(frozen=True)
 class MetricNames:
@@ -41,6 +43,16 @@ class Runtime:
     command: tuple[str, ...] = ()  # empty: the image's entrypoint
     tensor_parallel_flag: str | None = None  # shards the model over the pod's GPUs; None: one GPU at most
     full_status: int = 429  # its answer when its own queue is full: load, not ill health (it stays in rotation)
+    # engine.quantization: the values it honours, and its flag (None: no flag, the model file decides; auto is
+    # never passed: every runtime reads the checkpoint's own format without the flag).
+    quantizations: tuple[str, ...] = ("auto",)
+    quantization_flag: str | None = None
+    quantization_note: str = ""  # why the others are refused, for the spec's message
+    # engine.speculative: the methods it honours, the section's fields it takes, the most draft tokens
+    speculative_methods: tuple[str, ...] = ()
+    speculative_fields: tuple[str, ...] = ("method", "num_speculative_tokens", "prompt_lookup_min",
+                                           "prompt_lookup_max", "model")
+    max_speculative_tokens: int | None = None
 
 
 _VLLM_METRICS = MetricNames(
@@ -53,26 +65,41 @@ _VLLM_METRICS = MetricNames(
 RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
     # Ours: /ready also turns 503 while draining after SIGTERM; /health stays 200.
     Runtime("floodway", None, _VLLM_METRICS, ready_path="/ready",
-            command=("floodway", "engine")),
+            command=("floodway", "engine"),
+            # engine/quant/load.py's METHODS (a torch module, so not imported here)
+            quantizations=("auto", "none", "gguf", "int8", "int4"), quantization_flag="--quantization",
+            quantization_note="awq, gptq and fp8 checkpoints: runtime vllm",
+            speculative_methods=spec_config.METHODS, max_speculative_tokens=spec_config.MAX_SPECULATIVE_TOKENS),
     # vLLM answers /health only once the model is loaded and has no separate readiness endpoint; past its
     # --max-num-queued-reqs it answers 503 (so that load balancers retry elsewhere).
     Runtime("vllm", "vllm/vllm-openai:v0.32.0", _VLLM_METRICS, ready_path="/health",
-            tensor_parallel_flag="--tensor-parallel-size", full_status=503),
+            tensor_parallel_flag="--tensor-parallel-size", full_status=503,
+            quantizations=("auto", "awq", "gptq", "fp8"), quantization_flag="--quantization",
+            quantization_note="vLLM loads no GGUF file and quantizes nothing to int8/int4 at load, runtime floodway "
+                              "does both; it serves a checkpoint as it ships, so a float one takes auto",
+            speculative_methods=("ngram", "draft_model")),
     Runtime("sglang", "lmsysorg/sglang:v0.5.2-cu126", MetricNames(
         running=("sglang:num_running_reqs",), waiting=("sglang:num_queue_reqs",), kv_usage=("sglang:token_usage",),
         ttft=("sglang:time_to_first_token_seconds",), tpot=("sglang:time_per_output_token_seconds",),
         itl=("sglang:inter_token_latency_seconds",), finished=("sglang:num_requests_total",)),
-        ready_path="/health", command=("python3", "-m", "sglang.launch_server"), tensor_parallel_flag="--tp-size"),
+        ready_path="/health", command=("python3", "-m", "sglang.launch_server"), tensor_parallel_flag="--tp-size",
+        quantizations=("auto", "awq", "gptq", "fp8"), quantization_flag="--quantization",
+        quantization_note="SGLang's other formats: engine.extraArgs"),
     # TGI exports no TTFT and no KV usage: the autoscaler sees no SLO attainment from it, only load.
     Runtime("tgi", "ghcr.io/huggingface/text-generation-inference:3.3.4", MetricNames(
         running=("tgi_batch_current_size",), waiting=("tgi_queue_size",),
         # TGI's counters carry no _total suffix; the Prometheus parser adds it to counter samples.
         tpot=("tgi_request_mean_time_per_token_duration",), finished=("tgi_request_success_total",)),
-        ready_path="/health", tensor_parallel_flag="--num-shard"),
+        ready_path="/health", tensor_parallel_flag="--num-shard",
+        quantizations=("auto", "awq", "gptq", "fp8"), quantization_flag="--quantize",
+        quantization_note="TGI serves no GGUF and quantizes nothing to int8/int4 at load",
+        # --speculate k: n-gram drafts (Medusa heads instead where the model has them); no lookup bounds
+        speculative_methods=("ngram",), speculative_fields=("method", "num_speculative_tokens")),
     # llama-server answers /health 503 while loading the model, 200 once it serves. It exports gauges only.
     Runtime("llamacpp", "ghcr.io/ggml-org/llama.cpp:server", MetricNames(
         running=("llamacpp:requests_processing",), waiting=("llamacpp:requests_deferred",)),
-        ready_path="/health"),
+        ready_path="/health", quantizations=("auto", "gguf"),
+        quantization_note="a GGUF file holds its own quantization: pick the file (Q8_0, Q4_K_M, ...)"),
 )}
 DEFAULT = "floodway"
 

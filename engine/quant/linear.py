@@ -8,7 +8,7 @@ CPU: torch's packed int4 matmul (`_weight_int4pack_mm_for_cpu`: w = (q - 8) * sc
 columns) computes in bfloat16; its float32 path runs several times slower than a float32 matmul, so float32 is
 refused rather than served slowly. int8 codes are split into their high and low nibbles, two int4 weights side by
 side along the input (x repeated), which keeps int8's group-wise scales exact in one call; torch's own int8 kernel
-(`_weight_int8pack_mm`) has one scale per output row only and ran slower here. CUDA: our Triton kernel
+(`_weight_int8pack_mm`) takes one scale per output row only, so it cannot hold Q8_0. CUDA: our Triton kernel
 (`kernels/quant_matmul.py`) dequantizes each tile in the GEMM.
 """
 

@@ -1,6 +1,7 @@
 """The engine's side of speculation: before each schedule, drafts for the decoding sequences (proposer, then the
 policy's k per sequence); after each verify, acceptance records, step times and vLLM's counters."""
 
+import time
 from dataclasses import dataclass, field
 
 from floodway.engine.kv_manager import KVManager
@@ -29,6 +30,7 @@ class Speculator:
         self.times = StepTimes()  # decode_s: plain decode steps; per "prefill" token: per verified draft
         self.overall = policy.Acceptance()  # all sequences': the prior of a sequence without a record
         self._decode_steps = 0
+        self._propose_s = 0.0  # the last proposal's time: part of the step it feeds (a draft model's forwards)
 
     def propose(self, reqs: list[Request]) -> None:
         """Sets each decoding sequence's spec_token_ids for the coming step."""
@@ -36,7 +38,9 @@ class Speculator:
         if self._decode_steps % policy.PROBE_EVERY == 0:
             for r in reqs:
                 r.spec_token_ids = []
+            self._propose_s = 0.0
             return
+        started = time.perf_counter()
         caps = [self._cap(r) for r in reqs]
         c = self.cfg
         if self.draft is None:  # prompt lookup costs nearly nothing: propose, then choose among the proposals
@@ -53,6 +57,7 @@ class Speculator:
             if drafts and r.grammar is not None:
                 drafts = drafts[:valid_prefix(r.grammar, drafts)]
             r.spec_token_ids = drafts
+        self._propose_s = time.perf_counter() - started
 
     def _cap(self, req: Request) -> int:
         """The most drafts a sequence may verify now."""
@@ -80,4 +85,5 @@ class Speculator:
     def observe_step(self, num_decodes: int, num_drafts: int, num_prefill_tokens: int, seconds: float) -> None:
         """A step's time, for the policy's costs: only steps without prefill (they measure decode and verify)."""
         if num_decodes and not num_prefill_tokens:
-            self.times.observe(num_decodes, num_drafts, seconds)
+            self.times.observe(num_decodes, num_drafts, seconds + self._propose_s)
+        self._propose_s = 0.0

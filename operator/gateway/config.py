@@ -117,6 +117,9 @@ class Overflow(_Strict):
     enabled: bool = OverflowPolicy.enabled
     base_url: str | None = Field(None, description="OpenAI-compatible base URL, including /v1.")
     model: str | None = Field(None, description="Model name sent to the overflow API (default: the client's).")
+    models: dict[str, str] = Field(default_factory=dict, description="Local model or adapter name -> the overflow "
+                                   "API's model for it; with served_models, a request for any other name than the "
+                                   "first (the base model) never overflows.")
     api_key_env: str | None = None
     api_key_file: str | None = None
     max_waiting_per_replica: float = Field(OverflowPolicy.max_waiting_per_replica, gt=0)

@@ -18,8 +18,9 @@ Inputs of `overflow_decision(pool, policy, request, now)`:
 
 Rule, in order: a trigger fires when there is no ready replica, when waiting per ready replica reaches
 `max_waiting_per_replica`, or when the predicted TTFT exceeds `predicted_ttft_factor` x the TTFT SLO.
-No trigger: local. Trigger and overflow allowed (enabled, no opt-out, breaker closed or probing, budget
-left, the API has not failed this request): overflow. Opt-out, overflow disabled, the API failed this
+No trigger: local. Trigger and overflow allowed (enabled, no opt-out, a model overflow.models maps, breaker
+closed or probing, budget left, the API has not failed this request): overflow. Opt-out, an unmapped model
+(adapters.overflow_model), overflow disabled, the API failed this
 request or its breaker is open (an outage must not turn servable traffic into errors): local when a
 replica is ready (the engines queue it, and answer 429 themselves when full). Budget spent: the request
 waits in the gateway's bounded hold queue for local capacity or budget, re-evaluated until
@@ -69,6 +70,7 @@ class RequestInfo:
     tokens: int  # estimated prompt + completion tokens, what the token budget is charged
     arrived_at: float
     opt_out: bool = False
+    unmapped_model: bool = False  # an adapter (or model) overflow.models has no entry for: the API cannot serve it
     held: bool = False
     local_failed: bool = False
     overflow_failed: bool = False
@@ -111,6 +113,8 @@ def _blocked_reason(pool: PoolState, policy: OverflowPolicy, request: RequestInf
     """Why this request may not overflow now, or None when it may."""
     if request.opt_out:
         return "opt_out"
+    if request.unmapped_model:
+        return "model_not_mapped"
     if not policy.enabled:
         return "overflow_disabled"
     if request.overflow_failed:

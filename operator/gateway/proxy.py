@@ -21,6 +21,7 @@ import time
 from dataclasses import replace
 
 import aiohttp
+from floodway.operator.gateway.adapters import overflow_model
 from floodway.operator.gateway.backends import BackendChoice, BackendTable
 from floodway.operator.gateway.breaker import BreakerState, breaker_on_result, breaker_on_send
 from floodway.operator.gateway.config import GatewayConfig
@@ -153,7 +154,12 @@ class Gateway:
             return JSONResponse(error_body(f"model {model!r} does not exist; served: {served}",
                                            "invalid_request_error", "model_not_found"), 404)
         opt_out = headers.get(self._opt_out_header, "").lower() not in ("", "0", "false", "no")
-        info, prompt = RequestInfo(estimate_tokens(payload), self.clock(), opt_out), estimate_prompt_tokens(payload)
+        # The overflow API's model: served_models[0] is the base model; an adapter without an entry never leaves.
+        base, o = (served[0] if served else model), self.config.overflow
+        remote_model = overflow_model(model, base, o.models, o.model) if base is not None else o.model
+        info = RequestInfo(estimate_tokens(payload), self.clock(), opt_out,
+                           unmapped_model=base is not None and remote_model is None)
+        prompt = estimate_prompt_tokens(payload)
         stream = bool(payload.get("stream"))
         keys = request_keys(payload) if self.table.prefix is not None else []
         tried: frozenset[str] = frozenset()
@@ -182,7 +188,7 @@ class Gateway:
                 elif decision.target == "overflow":
                     self.metrics.overflow.labels(decision.reason).inc()
                     try:
-                        return await self._overflow(path, payload, stream, info.tokens, t0)
+                        return await self._overflow(path, payload, stream, info.tokens, t0, remote_model)
                     except _Failed:
                         info, t0 = replace(info, overflow_failed=True), None
                 elif decision.target == "hold":
@@ -250,7 +256,8 @@ class Gateway:
                 self.table.mark_unready(backend.id)
             raise
 
-    async def _overflow(self, path: str, payload: dict, stream: bool, tokens: int, t0: float | None) -> Answer:
+    async def _overflow(self, path: str, payload: dict, stream: bool, tokens: int, t0: float | None,
+                        model: str | None) -> Answer:
         o = self.config.overflow
         now = self.clock()
         self.budget = budget_take(self.budget, self.policy.budget, tokens, now)
@@ -268,7 +275,7 @@ class Gateway:
         if t0 is not None:
             self.metrics.added_latency.observe(time.perf_counter() - t0)
         url = o.base_url.rstrip("/") + path.removeprefix("/v1")
-        body = overflow_body(path, payload, o.model)
+        body = overflow_body(path, payload, model)
         deadline = overflow_deadline_s(o.first_byte_timeout_s, self.config.request_timeout_s, stream,
                                        completion_limit(payload), o.slowest_tokens_per_s)
         timeout = aiohttp.ClientTimeout(sock_connect=o.connect_timeout_s, sock_read=deadline)

@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
         slo_tpot_ms: float = typer.Option(None, help="Time-per-output-token SLO in ms (caps the batch)."),
         api_price_in: float = typer.Option(None, help="API price per million input tokens."),
         api_price_out: float = typer.Option(None, help="API price per million output tokens."),
-        gpu_price_per_hour: float = typer.Option(None, help="Price of one GPU per hour."),
+        gpu_price_per_hour: float = typer.Option(None, help="Price of one GPU per hour in dollars (default: the "
+                                                 "table's indicative price for --gpu, where it has one)."),
         profile: str = typer.Option(None, help="JSON profile from `floodway bench engine --profile-out`."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     ) -> None:

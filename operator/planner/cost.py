@@ -5,6 +5,7 @@ plus output; the API's blended price per million uses the workload's own input/o
 
 from dataclasses import dataclass
 
+from floodway.operator.planner.prices import api_spend, break_even_requests_per_s
 from floodway.operator.planner.units import PlanError
 
 
@@ -36,13 +37,12 @@ def cost_plan(gpu_price_per_hour: float, gpus: int, capacity_requests_per_s: flo
     api_req = api_mtok = even_rps = even_day = None
     verdict = "no API price given (--api-price-in/--api-price-out)"
     if api_price_in is not None or api_price_out is not None:
-        api_req = (prompt_tokens * (api_price_in or 0) + output_tokens * (api_price_out or 0)) / 1e6
+        api_req = api_spend(prompt_tokens, output_tokens, api_price_in, api_price_out)
         api_mtok = api_req / tokens * 1e6
-        if api_req <= self_req:
+        even_rps = break_even_requests_per_s(hourly, api_req, capacity_requests_per_s)
+        if even_rps is None:
             verdict = "the API is cheaper even for a fully busy replica"
         else:
-            # One always-on replica costs `hourly`; the API costs api_req per request: equal at this rate.
-            even_rps = hourly / 3600 / api_req
             even_day = even_rps * 86400 * tokens
             verdict = (f"one replica beats the API from {even_rps:.3g} requests/s ({even_day / 1e6:,.1f}M tokens/day); "
                        f"busy, it costs {self_req / api_req:.1%} of the API per request")

@@ -129,7 +129,8 @@ def spec_fit(spec) -> tuple[str, str]:
     try:
         result = check_fit(spec.model, dtype=e.dtype, max_model_len=e.max_model_len, max_num_seqs=e.max_num_seqs,
                            gpu_memory_utilization=e.gpu_memory_utilization, gpus=r.gpus, gpu_type=r.gpu_type,
-                           gpu_memory=gpu_memory, block_size=e.block_size, params=shape.params if shape else None,
+                           gpu_memory=gpu_memory, quantization=e.quantization, block_size=e.block_size,
+                           params=shape.params if shape else None,
                            config=shape.config() if shape else None)
     except Exception as exc:  # the fit check is advice: its failure must not block serving
         return "unchecked", f"fit not checked: {exc}"

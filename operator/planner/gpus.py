@@ -20,6 +20,7 @@ class GpuSpec:
     bandwidth_bytes_per_s: float | None  # None for a custom GPU given only by its memory
     bf16_flops: float | None
     gfd_products: tuple[str, ...] = ()  # GPU_PRODUCT_LABEL values of nodes with this GPU
+    price_per_hour: float | None = None  # dollars per GPU-hour, the table's indicative price (None: none known)
 
 
 def _key(name: str) -> str:
@@ -34,7 +35,7 @@ def gpu_table() -> dict[str, GpuSpec]:
     for name, row in rows.items():
         products = tuple(row.get("gfd_products", ()))
         spec = GpuSpec(name, int(row["memory_gib"] * 2**30), row["bandwidth_gbs"] * 1e9, row["bf16_tflops"] * 1e12,
-                       products)
+                       products, row.get("price_per_hour"))
         for alias in [name, *row.get("aliases", []), *products]:
             table[_key(alias)] = spec
     return table
@@ -74,4 +75,5 @@ def resolve_gpu(gpu: str | None = None, gpu_memory: str | int | None = None,
         memory_bytes=parse_bytes(gpu_memory, "GPU memory") if gpu_memory is not None else base.memory_bytes,
         bandwidth_bytes_per_s=bandwidth_gbs * 1e9 if bandwidth_gbs else (base.bandwidth_bytes_per_s if base else None),
         bf16_flops=tflops * 1e12 if tflops else (base.bf16_flops if base else None),
+        price_per_hour=base.price_per_hour if base else None,
     )

@@ -14,8 +14,37 @@ _ENGINE = EngineSpec()  # the spec's engine defaults are the planner's
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
                   "bf16": "bfloat16", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
-# Weight-only quantization methods and the precision their weights take.
-QUANTIZATIONS = {"none": None, "fp8": "fp8", "int8": "int8", "int4": "int4", "awq": "int4", "gptq": "int4"}
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How weights are stored: `precision` codes plus `group_bytes` of scales and offsets per `group` input
+    columns (group 0: scales per tensor or per output channel, a negligible share)."""
+
+    precision: str
+    group: int = 0
+    group_bytes: float = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.precision} (groups of {self.group})" if self.group else self.precision
+
+    def bytes(self, params: int) -> int:
+        return weight_bytes(params, self.precision) + (math.ceil(params / self.group * self.group_bytes)
+                                                       if self.group else 0)
+
+
+# Weight-only quantization methods (engine.quantization, `floodway plan --quantization`) and how each stores its
+# weights; none: float, in the compute dtype. auto and gguf: the checkpoint's own bits (CHECKPOINT_OWN).
+QUANTIZATIONS = {
+    "none": None,
+    "fp8": WeightFormat("fp8"),  # E4M3, a scale per tensor or per output channel
+    # our engine's round-to-nearest at load (engine/quant/weights.py): a float32 scale and offset per 32 columns
+    "int8": WeightFormat("int8", 32, 8), "int4": WeightFormat("int4", 32, 8),
+    # AWQ and GPTQ checkpoints: an fp16 scale and a packed 4-bit zero point per 128 columns
+    "awq": WeightFormat("int4", 128, 2.5), "gptq": WeightFormat("int4", 128, 2.5),
+}
+CHECKPOINT_OWN = ("auto", "gguf")
 
 
 def default_overhead_bytes(gpu_memory_bytes: int) -> int:
@@ -37,21 +66,23 @@ def compute_dtype(dtype: str, on_gpu: bool) -> str:
     return canonical_dtype(dtype)
 
 
-def weight_precision(shape: ModelShape, dtype: str, quantization: str | None) -> str:
-    """--quantization wins; else a quantized checkpoint's own bits; else the compute dtype."""
-    if quantization is not None:
-        if quantization.lower() not in QUANTIZATIONS:
-            raise PlanError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
-        return QUANTIZATIONS[quantization.lower()] or dtype
-    return {4: "int4", 8: "int8"}.get(shape.quantization_bits, dtype)
+def weight_format(shape: ModelShape, dtype: str, quantization: str | None) -> WeightFormat:
+    """--quantization wins; else (unset, auto or gguf) a quantized checkpoint's own bits; else the compute dtype."""
+    q = (quantization or "auto").lower()
+    if q not in CHECKPOINT_OWN:
+        if q not in QUANTIZATIONS:
+            raise PlanError(f"unknown quantization {quantization!r}; use one of "
+                            f"{', '.join((*CHECKPOINT_OWN, *QUANTIZATIONS))}")
+        return QUANTIZATIONS[q] or WeightFormat(dtype)
+    return WeightFormat({4: "int4", 8: "int8"}.get(shape.quantization_bits, dtype))
 
 
 def precisions(shape: ModelShape, dtype: str, quantization: str | None, kv_cache_dtype: str | None,
-               on_gpu: bool = True) -> tuple[str, str]:
-    """(weight precision, KV cache dtype); the KV cache follows the compute dtype unless told otherwise."""
+               on_gpu: bool = True) -> tuple[WeightFormat, str]:
+    """(weight format, KV cache dtype); the KV cache follows the compute dtype unless told otherwise."""
     act = compute_dtype(dtype, on_gpu)
     kv_dtype = canonical_dtype(kv_cache_dtype) if kv_cache_dtype and kv_cache_dtype != "auto" else act
-    return weight_precision(shape, act, quantization), kv_dtype
+    return weight_format(shape, act, quantization), kv_dtype
 
 
 def weight_bytes(params: int, precision: str) -> int:
@@ -109,14 +140,14 @@ def plan_memory(shape: ModelShape, gpu: GpuSpec, *, gpus: int = 1, dtype: str = 
         overhead_bytes = default_overhead_bytes(gpu.memory_bytes)
     if overhead_bytes < 0:
         raise PlanError(f"overhead must not be negative, got {overhead_bytes}")
-    precision, kv_dtype = precisions(shape, dtype, quantization, kv_cache_dtype)
-    weights = weight_bytes(shape.params, precision)
+    fmt, kv_dtype = precisions(shape, dtype, quantization, kv_cache_dtype)
+    weights = fmt.bytes(shape.params)
     per_token = kv_bytes_per_token(shape, kv_dtype)
     budget = int(gpus * gpu.memory_bytes * gpu_memory_utilization)
     pool = budget - weights - gpus * overhead_bytes
     per_seq = kv_bytes(shape, kv_dtype, max_model_len, 1, block_size)
     return MemoryPlan(
-        weight_precision=precision, kv_dtype=kv_dtype, weight_bytes=weights, kv_bytes_per_token=per_token,
+        weight_precision=fmt.name, kv_dtype=kv_dtype, weight_bytes=weights, kv_bytes_per_token=per_token,
         kv_bytes_per_sequence=per_seq, budget_bytes=budget, overhead_bytes=gpus * overhead_bytes,
         kv_pool_bytes=pool, kv_pool_tokens=max(0, pool) // (block_size * per_token) * block_size,
         kv_needed_bytes=max_num_seqs * per_seq,

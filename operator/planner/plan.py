@@ -69,13 +69,13 @@ def make_plan(req: PlanRequest) -> dict:
                         f"exceeds max_model_len {max_model_len}: the engine would reject it")
     # "auto" means bfloat16 unless the only hardware we know of is the CPU a profile was measured on.
     on_gpu = gpu is not None or not str(raw.get("device", "cuda")).startswith("cpu")
-    precision, kv_dtype = precisions(shape, req.dtype, req.quantization, req.kv_cache_dtype, on_gpu)
+    weights, kv_dtype = precisions(shape, req.dtype, req.quantization, req.kv_cache_dtype, on_gpu)
     notes = []
     if shape.active_params != shape.params:
         notes.append(f"mixture of experts: {shape.active_params:,} parameters active per token")
     plan = {
         "model": asdict(shape),
-        "weights": {"precision": precision, "bytes": weight_bytes(shape.params, precision),
+        "weights": {"precision": weights.name, "bytes": weights.bytes(shape.params),
                     "by_precision": {p: weight_bytes(shape.params, p) for p in DTYPE_BYTES}},
         "kv": {"dtype": kv_dtype, "bytes_per_token": kv_bytes(shape, kv_dtype, 1),
                "bytes_per_sequence_at_max_model_len": kv_bytes(shape, kv_dtype, max_model_len, 1, req.block_size),
@@ -97,7 +97,12 @@ def make_plan(req: PlanRequest) -> dict:
         if profile.model != req.model:
             notes.append(f"the profile was measured on model {profile.model!r}, not {req.model!r}")
     if speed is not None:
-        _throughput_sections(plan, req, speed, max_batch, limited_by, gpus_known=on_gpu)
+        gpu_price = req.gpu_price_per_hour
+        if gpu_price is None and gpu is not None and gpu.price_per_hour is not None:
+            gpu_price = gpu.price_per_hour
+            notes.append(f"GPU price ${gpu_price:g}/hour: the table's indicative on-demand price for {gpu.name} "
+                         "(gpus.yaml); --gpu-price-per-hour sets yours")
+        _throughput_sections(plan, req, speed, max_batch, limited_by, on_gpu, gpu_price)
     return plan
 
 
@@ -127,7 +132,7 @@ def _gpu_sections(plan: dict, req: PlanRequest, shape, gpu, max_model_len: int, 
 
 
 def _throughput_sections(plan: dict, req: PlanRequest, speed, max_batch: int, limited_by: str,
-                         gpus_known: bool) -> None:
+                         gpus_known: bool, gpu_price: float | None) -> None:
     capacity = replica_capacity(
         speed, req.prompt_tokens, req.output_tokens, max_batch, limited_by,
         slo_ttft_s=req.slo_ttft_ms / 1000 if req.slo_ttft_ms else None,
@@ -140,9 +145,9 @@ def _throughput_sections(plan: dict, req: PlanRequest, speed, max_batch: int, li
     plan["throughput"] = {**asdict(capacity), "prefill_tokens_per_s": speed.prefill_tokens_per_s,
                           "rate": req.rate, "replicas": replicas,
                           "gpus_total": replicas * req.gpus if replicas is not None and gpus_known else None}
-    if req.gpu_price_per_hour is not None:
+    if gpu_price is not None:
         plan["cost"] = asdict(cost_plan(
-            req.gpu_price_per_hour, req.gpus, capacity.requests_per_s, req.prompt_tokens, req.output_tokens,
+            gpu_price, req.gpus, capacity.requests_per_s, req.prompt_tokens, req.output_tokens,
             rate=req.rate, replicas=replicas, api_price_in=req.api_price_in, api_price_out=req.api_price_out))
     elif req.api_price_in is not None or req.api_price_out is not None:
         plan["notes"].append("no --gpu-price-per-hour: cost not compared")

@@ -65,6 +65,9 @@ def render_text(plan: dict) -> str:
                              f"({_money(c['replica_price_per_hour'])} per replica-hour)"))
         if c["self_per_million_tokens_at_rate"] is not None:
             rows.append(("  at the rate", f"{_money(c['self_per_million_tokens_at_rate'])} per million tokens"))
+        rows.append(("  requests", f"{_money(c['self_cost_per_request'] * 1000)} per 1k on a busy replica"
+                     + (f", {_money(c['api_cost_per_request'] * 1000)} per 1k on the API"
+                        if c["api_cost_per_request"] is not None else "")))
         if c["api_per_million_tokens"] is not None:
             rows.append(("  API", f"{_money(c['api_per_million_tokens'])} per million tokens at this input/output mix"))
         rows.append(("  break-even", c["verdict"]))

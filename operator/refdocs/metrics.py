@@ -16,7 +16,7 @@ class _AnyStats(SimpleNamespace):
 def _engine_rows() -> list[tuple[str, ...]]:
     from floodway.engine.server.metrics import ServerMetrics  # noqa: PLC0415 (engine code only when rendering)
 
-    metrics = ServerMetrics("MODEL", lambda: _AnyStats())
+    metrics = ServerMetrics("MODEL", lambda: _AnyStats(spec_accepted_per_pos=[0]))
     rows = []
     for family in metrics.registry.collect():
         labels = sorted({k for s in family.samples for k in s.labels if k not in ("le", "quantile")})

@@ -37,7 +37,8 @@ def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: 
     if spec.overflow.enabled:
         overflow.update(base_url=overflow["base_url"].rstrip("/"), model=overflow.get("model") or spec.model_name,
                         api_key_env=API_KEY_ENV)
-    return {"host": host, "port": port, "served_models": [spec.model_name], "backends": backends,
+    return {"host": host, "port": port, "served_models": [spec.model_name, *(a.name for a in spec.adapters)],
+            "backends": backends,
             "engine_runtime": spec.engine.runtime, "routing": same_named(spec.gateway.routing, Routing),
             "slo": same_named(spec.slo, Slo), "overflow": overflow}
 

@@ -1,8 +1,22 @@
 """Each runtime's command line for the spec's settings (the runtime table itself: operator/runtimes.py)."""
 
+import json
 from collections.abc import Callable
 
+from floodway.operator.runtimes import runtime
 from floodway.operator.spec import InferenceServiceSpec
+
+
+def _quantization(spec: InferenceServiceSpec) -> list[str]:
+    # auto is each runtime's behaviour without the flag; the spec refuses the values a runtime does not take.
+    flag, q = runtime(spec.engine.runtime).quantization_flag, spec.engine.quantization
+    return [flag, q] if flag and q != "auto" else []
+
+
+def _speculative_config(spec: InferenceServiceSpec) -> list[str]:
+    # vLLM's JSON keys are the section's field names in snake_case.
+    s = spec.engine.speculative
+    return [] if s is None else ["--speculative-config", json.dumps(s.model_dump(exclude_none=True))]
 
 
 def _vllm_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
@@ -12,7 +26,17 @@ def _vllm_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
             "--dtype", e.dtype, "--max-model-len", str(e.max_model_len), "--max-num-seqs", str(e.max_num_seqs),
             "--max-num-batched-tokens", str(e.max_num_batched_tokens), "--block-size", str(e.block_size),
             "--gpu-memory-utilization", str(e.gpu_memory_utilization),
-            "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching"]
+            "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
+            *_quantization(spec), *_speculative_config(spec)]
+
+
+def _lora(spec: InferenceServiceSpec, repeat_flag: bool) -> list[str]:
+    # Every adapter resident at once; our engine repeats --lora-modules, vLLM takes one flag with every item.
+    if not spec.adapters:
+        return []
+    items = [f"{name}={path}" for name, path in spec.adapter_sources()]
+    modules = [a for item in items for a in ("--lora-modules", item)] if repeat_flag else ["--lora-modules", *items]
+    return ["--enable-lora", "--max-loras", str(len(items)), *modules]
 
 
 def _drain_s(spec: InferenceServiceSpec) -> int:
@@ -22,13 +46,13 @@ def _drain_s(spec: InferenceServiceSpec) -> int:
 
 def _vllm_only_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
     # vLLM aborts every request in flight on SIGTERM unless given a shutdown timeout (its default, 0, aborts).
-    return _vllm_args(spec, host, port) + ["--shutdown-timeout", str(_drain_s(spec))]
+    return _vllm_args(spec, host, port) + ["--shutdown-timeout", str(_drain_s(spec))] + _lora(spec, False)
 
 
 def _floodway_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
     # TPOT protection: the engine budgets each step's prefill so decoding requests keep the spec's TPOT.
     return _vllm_args(spec, host, port) + ["--drain-timeout", str(_drain_s(spec)),
-                                           "--tpot-slo-ms", f"{spec.slo.tpot_ms:g}"]
+                                           "--tpot-slo-ms", f"{spec.slo.tpot_ms:g}"] + _lora(spec, True)
 
 
 def _sglang_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
@@ -38,7 +62,7 @@ def _sglang_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
             "--dtype", e.dtype, "--context-length", str(e.max_model_len),
             "--max-running-requests", str(e.max_num_seqs), "--chunked-prefill-size", str(e.max_num_batched_tokens),
             "--page-size", str(e.block_size), "--mem-fraction-static", str(e.gpu_memory_utilization),
-            "--enable-metrics"]
+            "--enable-metrics", *_quantization(spec)]
     return args + ([] if e.enable_prefix_caching else ["--disable-radix-cache"])
 
 
@@ -50,7 +74,9 @@ def _tgi_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
             "--port", str(port),
             "--max-input-tokens", str(max(e.max_model_len - 1, 1)), "--max-total-tokens", str(e.max_model_len),
             "--max-batch-size", str(e.max_num_seqs), "--max-batch-prefill-tokens", str(e.max_num_batched_tokens),
-            "--cuda-memory-fraction", str(e.gpu_memory_utilization)]
+            "--cuda-memory-fraction", str(e.gpu_memory_utilization), *_quantization(spec)]
+    if e.speculative is not None:  # TGI's n-gram speculation (the spec refuses its other settings)
+        args += ["--speculate", str(e.speculative.num_speculative_tokens)]
     return args + (["--dtype", e.dtype] if e.dtype in ("float16", "bfloat16") else [])
 
 

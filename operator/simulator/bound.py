@@ -10,7 +10,8 @@ their least replica-hours bounds what a policy could reach; the flat and reactiv
 that any of them beats is no bound. The reactive ones' least (`REACTIVE`) tells a target only foresight meets apart
 from one reacting meets too.
 Run: `python -P -m floodway.operator.simulator.bound [scenario] [--compress F] [--seed N]
-[--waiting-includes-prefill] [--no-prefill-backlog-ttft] [--overflow-ttft-factor X]`.
+[--waiting-includes-prefill] [--no-prefill-backlog-ttft] [--overflow-ttft-factor X] [--gpu-price-per-hour P]
+[--api-price-in P] [--api-price-out P]`; with prices it also prints the cheapest schedule in dollars.
 """
 
 import itertools
@@ -158,6 +159,15 @@ def best_schedule(results: list[tuple[str, Summary]]) -> tuple[str, Summary] | N
     return min(ok, key=lambda x: x[1].replica_hours, default=None)
 
 
+def cheapest_schedule(results: list[tuple[str, Summary]]) -> tuple[str, Summary] | None:
+    """The schedule with the least total dollars (GPU-hours plus overflowed tokens, at the config's prices) at
+    >= 99% attainment, whatever its overflow: priced, overflow is a cost like replica-hours, not a limit. None
+    where no schedule meets the SLO or the prices are not both known (a total of one part would favour it)."""
+    ok = [(n, s) for n, s in results if s.attainment >= ATTAINMENT and s.spend is not None
+          and s.spend.self_hosted is not None and s.spend.overflow is not None]
+    return min(ok, key=lambda x: x[1].spend.total, default=None)
+
+
 def main(argv: list[str]) -> None:
     import argparse
 
@@ -170,10 +180,14 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--waiting-includes-prefill", action="store_true")
     ap.add_argument("--no-prefill-backlog-ttft", action="store_true")
     ap.add_argument("--overflow-ttft-factor", type=float)
+    ap.add_argument("--gpu-price-per-hour", type=float)
+    ap.add_argument("--api-price-in", type=float)
+    ap.add_argument("--api-price-out", type=float)
     a = ap.parse_args(argv)
     opts = Options(scenario=a.scenario, compress=a.compress, seed=a.seed,
                    waiting_includes_prefill=a.waiting_includes_prefill, overflow_ttft_factor=a.overflow_ttft_factor,
-                   ttft_from_prefill_backlog=not a.no_prefill_backlog_ttft)
+                   ttft_from_prefill_backlog=not a.no_prefill_backlog_ttft, gpu_price_per_hour=a.gpu_price_per_hour,
+                   api_price_in=a.api_price_in, api_price_out=a.api_price_out)
     trace, cfg, ours, _, title = prepare(opts)
     sizing = size(trace, cfg, ours.slo_attainment)
     peak_hours = sizing.static_peak * trace[-1].arrival_s / 3600.0
@@ -189,6 +203,11 @@ def main(argv: list[str]) -> None:
         share = s.replica_hours / peak_hours
         print(f"| {name} | {s.attainment:.2%} | {s.overflow_share:.2%} | {s.replica_hours:.3f} | {share:.1%}"
               f"{' (meets)' if meets(s, share) else ''} |")
+    cheapest = cheapest_schedule(results)
+    print("least dollars at >= 99% attainment (any overflow): " +
+          (f"${cheapest[1].spend.per_1k()[2]:.3f} per 1k requests, {cheapest[1].overflow_share:.1%} overflow "
+           f"({cheapest[0]})" if cheapest else "none (no schedule meets 99%, or no GPU and API prices: see "
+                                               "floodway simulate --help)"))
     for what, best in (("", best_schedule(results)),
                        (", reacting to the past", best_schedule([r for r in results if r[0].startswith(REACTIVE)]))):
         print(f"least replica-hours at >= 99% attainment and <= 5% overflow{what}: " +

@@ -56,6 +56,10 @@ def register(app: typer.Typer) -> None:
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: the vendored data/traces)."),
         seed: int = typer.Option(0, help="Seed of synthetic traces."),
+        gpu_price_per_hour: float = typer.Option(None, help="Price of one GPU per hour in dollars (default: the "
+                                                 "planner table's for the profile's GPU, where it has one)."),
+        api_price_in: float = typer.Option(None, help="Overflow API price per million prompt tokens, in dollars."),
+        api_price_out: float = typer.Option(None, help="Overflow API price per million output tokens, in dollars."),
         sweep: bool = typer.Option(False, "--sweep", help="Our policy vs the bound (bound.py), HPA, KEDA and KPA "
                                                           "over the trace family and seeds 0..4, one table and "
                                                           "a tally of the targets met."),
@@ -77,7 +81,8 @@ def register(app: typer.Typer) -> None:
                 ttft_from_prefill_backlog=prefill_backlog_ttft, learned_prefill_rate=learned_prefill_rate,
                 prefill_budget=prefill_budget,
                 overflow_share=overflow_share, prefix=prefix_cache,
-                static_peak=static_peak, traces_dir=traces_dir, seed=seed)
+                static_peak=static_peak, traces_dir=traces_dir, seed=seed, gpu_price_per_hour=gpu_price_per_hour,
+                api_price_in=api_price_in, api_price_out=api_price_out)
             if sweep:
                 from floodway.operator.simulator import sweep as sw
 

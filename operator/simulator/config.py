@@ -1,10 +1,11 @@
 """What a simulation runs with besides the trace and the scaler: the replicas' profile, cold start, SLO, the
-gateway's overflow rule and its predictions, the external API's latencies, and prefix caching."""
+gateway's overflow rule and its predictions, the external API's latencies, prefix caching, and the prices."""
 
 from dataclasses import dataclass, field
 
 from floodway.operator.gateway import overflow as ov
 from floodway.operator.gateway.routing import PrefixPolicy
+from floodway.operator.planner.prices import Prices
 from floodway.operator.simulator.replica import ReplicaProfile
 
 
@@ -35,3 +36,5 @@ class SimConfig:
     # Prefix caching in the replicas and the gateway's router: None (not modelled), "load" or "prefix".
     prefix: str | None = None
     prefix_policy: PrefixPolicy = field(default_factory=PrefixPolicy)
+    # What replica-hours and overflowed tokens cost (the simulated spec's, planner.prices.spec_prices): the $ figures.
+    prices: Prices = Prices(None, None, None)

@@ -36,6 +36,7 @@ DEFAULT_DECODE_STEP_S = {1: 0.010, 8: 0.012, 32: 0.016, 128: 0.030, 256: 0.050}
 @dataclass(frozen=True)
 class ReplicaProfile:
     model: str = "default-8b-h100"
+    gpu: str | None = "h100-80gb"  # the GPU type (planner's table) the profile was measured on; None: unknown
     prefill_tokens_per_s: float = 25_000.0
     decode_step_s: dict = field(default_factory=lambda: dict(DEFAULT_DECODE_STEP_S))
     kv_capacity_tokens: int = 450_000
@@ -67,7 +68,7 @@ class ReplicaProfile:
             raise ValueError(f"replica profile {path}: expected a JSON object")
         # A measured decode step already includes reading the KV of its context (bench engine records
         # decode_context_tokens), so a profile adds no KV-read term unless it names one.
-        data = {"decode_s_per_kv_token": 0.0, **data}
+        data = {"decode_s_per_kv_token": 0.0, "gpu": None, **data}
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -3,6 +3,7 @@
 from dataclasses import dataclass, replace
 
 from floodway.operator.gateway.overflow_budget import BudgetLimits
+from floodway.operator.planner.prices import spec_prices
 from floodway.operator.simulator import compare
 from floodway.operator.simulator.config import SimConfig
 from floodway.operator.simulator.replica import ReplicaProfile
@@ -41,6 +42,9 @@ class Options:
     static_peak: int | None = None
     traces_dir: str | None = None
     seed: int = 0
+    gpu_price_per_hour: float | None = None  # None: the table's price for the profile's GPU
+    api_price_in: float | None = None  # the overflow API's $ per million prompt tokens (None: not priced)
+    api_price_out: float | None = None
 
 
 def _scenario(opts: Options) -> Scenario:
@@ -71,7 +75,8 @@ def prepare(opts: Options):
     if opts.cold_start_s < 0:
         raise ValueError("cold start must be >= 0 seconds")
     spec = simulated_spec(profile, ttft, tpot, opts.attainment, opts.target_concurrency,
-                          opts.scale_to_zero_s, opts.overflow_max_waiting)
+                          opts.scale_to_zero_s, opts.overflow_max_waiting, opts.gpu_price_per_hour,
+                          opts.api_price_in, opts.api_price_out)
     ours, overflow = policies(spec)
     ours = replace(ours, overflow_share=_pick(opts.overflow_share, ours.overflow_share))
     overflow = replace(overflow, enabled=False, budget=BudgetLimits(max_requests_per_minute=opts.overflow_rpm),
@@ -80,12 +85,22 @@ def prepare(opts: Options):
                     waiting_includes_prefill=opts.waiting_includes_prefill,
                     ttft_from_prefill_backlog=opts.ttft_from_prefill_backlog,
                     learned_prefill_rate=opts.learned_prefill_rate, prefill_budget=opts.prefill_budget,
-                    prefix=opts.prefix, overflow=overflow)
+                    prefix=opts.prefix, overflow=overflow, prices=spec_prices(spec))
     specs = [p if not opts.overflow or p.endswith(compare.OVERFLOW_SUFFIX) else p + compare.OVERFLOW_SUFFIX
              for p in opts.policies]
     for p in specs:
         compare.parse_policy(p)
     return trace, cfg, ours, list(dict.fromkeys(specs)), sc.description
+
+
+def _prices_line(cfg: SimConfig) -> str:
+    p = cfg.prices
+    gpu = "no GPU price (--gpu-price-per-hour)" if p.gpu_per_hour is None else \
+        f"GPU ${p.gpu_per_hour:g}/hour ({cfg.profile.gpu or 'the profile'})"
+    api = "overflow API not priced (--api-price-in/--api-price-out)" if not p.api_known else \
+        f"overflow API ${p.input_per_million or 0:g} / ${p.output_per_million or 0:g} per million prompt / output " \
+        "tokens"
+    return f"prices: {gpu}; {api}; $/1k columns: dollars per 1,000 requests of the trace"
 
 
 def run_cli(opts: Options) -> str:
@@ -106,7 +121,7 @@ def run_cli(opts: Options) -> str:
              f"{cfg.cold_start_s:g} s; static peak {sizing.static_peak} replicas, static mean {sizing.static_mean}",
              f"replica profile {cfg.profile.model} at this TPOT SLO, as spec fields: autoscaling: "
              + str(capacity_fields(cfg.profile, cfg.tpot_slo_s)).replace("'", ""),
-             "", table(summaries, peak_hours)]
+             _prices_line(cfg), "", table(summaries, peak_hours)]
     if cfg.prefix is not None:
         lines.append(f"\nprefix-cache hit rate ({cfg.prefix} routing), per replica that ran:")
         lines += [f"{r.name}: " + " ".join(f"{h / q:.0%}" if q else "-" for h, q in r.prefix) for r in results]

@@ -38,6 +38,11 @@ SCENARIOS = {
                             "steady long-output traffic: 5 req/s, prompts ~400 tokens, answers ~800"),
     "diurnal": Scenario("diurnal:low_rate=0.5,high_rate=8,period_s=1800,duration_s=1800",
                         "a day compressed into 30 min: 0.5 -> 8 -> 0.5 req/s along a cosine"),
+    # Long prompts: the most expensive requests to overflow (APIs bill per token); Mooncake's SLO and engine.
+    "long-context": Scenario("long-context:duration_s=1800",
+                             "long-context traffic: log-normal prompts (median 12k, ~1% past 100k, cap 200k), "
+                             "~250-token answers, 1 -> 4 -> 1 req/s twice in 30 min",
+                             ttft_slo_s=5.0, tpot_slo_s=0.1),
     "mooncake-2x": Scenario("mooncake", "Mooncake conversation trace replayed 2x faster", compress=2.0,
                             spread_tick_s=3.0, ttft_slo_s=5.0, tpot_slo_s=0.1),
     "short-bursts": Scenario("idle-burst:base_rate=0.3,burst_rate=20,burst_at_s=600,burst_len_s=90,bursts=3,"
@@ -48,5 +53,5 @@ SCENARIOS = {
 
 # `floodway simulate --sweep`: every scenario at seeds 0..4 (the real traces' only randomness is Mooncake's
 # tick spreading, so Azure runs once).
-FAMILY = ("spiky", "long-output", "diurnal", "azure-2x", "azure-4x", "mooncake", "mooncake-2x")
-SEEDED = ("spiky", "long-output", "diurnal", "mooncake", "mooncake-2x")
+FAMILY = ("spiky", "long-output", "diurnal", "azure-2x", "azure-4x", "mooncake", "mooncake-2x", "long-context")
+SEEDED = ("spiky", "long-output", "diurnal", "mooncake", "mooncake-2x", "long-context")

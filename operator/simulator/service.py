@@ -29,9 +29,12 @@ def capacity_fields(profile: ReplicaProfile, tpot_slo_s: float) -> dict:
 
 def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float, attainment: float,
                    target_concurrency: float | None = None, scale_to_zero_s: float | None = None,
-                   max_waiting_per_replica: float | None = None) -> InferenceServiceSpec:
-    """The spec of the simulated service; None settings keep the spec's defaults."""
-    overflow = dict(SIMULATED_API)
+                   max_waiting_per_replica: float | None = None, gpu_hourly_price: float | None = None,
+                   api_price_in: float | None = None, api_price_out: float | None = None) -> InferenceServiceSpec:
+    """The spec of the simulated service; None settings keep the spec's defaults. Its replicas run on the
+    profile's GPU type, whose table price holds unless `gpu_hourly_price` is given."""
+    overflow = {**SIMULATED_API, "pricing": {"inputPerMillionTokens": api_price_in,
+                                             "outputPerMillionTokens": api_price_out}}
     if max_waiting_per_replica is not None:
         overflow["maxWaitingPerReplica"] = max_waiting_per_replica
     autoscaling = capacity_fields(profile, tpot_slo_s)
@@ -42,6 +45,7 @@ def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float
     return InferenceServiceSpec.model_validate({
         "model": profile.model,
         "engine": {"maxNumSeqs": profile.max_num_seqs, "maxNumBatchedTokens": profile.max_num_batched_tokens},
+        "resources": {"gpuType": profile.gpu, "gpuHourlyPrice": gpu_hourly_price},
         "replicas": {"min": 0 if scale_to_zero_s is not None else 1, "max": MAX_REPLICAS},
         "slo": {"ttftMs": ttft_slo_s * 1000, "tpotMs": tpot_slo_s * 1000, "attainment": attainment},
         "autoscaling": autoscaling, "overflow": overflow})

@@ -5,7 +5,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from floodway.operator.simulator import bound, compare
-from floodway.operator.simulator.report import Summary, summarize
+from floodway.operator.simulator.report import Summary, money, summarize
 from floodway.operator.simulator.run import Options, prepare
 from floodway.operator.simulator.scenarios import FAMILY, SEEDED
 
@@ -29,6 +29,7 @@ class Row:
     reacting: float | None = None  # least replica-hours of a reactive schedule meeting 99% with <= 5% overflow
     # the reactive schedules that meet 99% with <= 5% overflow within BOUND_FACTOR x the bound
     reactive_meeting: frozenset[str] = frozenset()
+    cheapest: Summary | None = None  # the bound's schedule with the least dollars at >= 99% (bound.cheapest_schedule)
 
     def own_misses(self) -> list[str]:
         """The targets of our policy's own (attainment, overflow, the bound) this row misses."""
@@ -113,8 +114,10 @@ def run_one(scenario: str, seed: int, base: Options) -> Row:
     reach = tuple((s.attainment, s.replica_hours) for _, s in schedules if s.overflow_share <= bound.MAX_OVERFLOW)
     meeting = frozenset(n for n, s in schedules if n.startswith(bound.REACTIVE) and bound_hours and bound.serves(s)
                         and s.replica_hours <= BOUND_FACTOR * bound_hours)
+    cheapest = bound.cheapest_schedule(schedules)
     return Row(scenario, seed, len(trace), sums[OURS], bound_hours, {b: sums[b] for b in BASELINES},
-               static_within_budget(trace, cfg, bound_hours), reach, reacting and reacting[1].replica_hours, meeting)
+               static_within_budget(trace, cfg, bound_hours), reach, reacting and reacting[1].replica_hours, meeting,
+               cheapest and cheapest[1])
 
 
 def _run_one(args) -> Row:
@@ -139,9 +142,15 @@ def render(row: Row) -> str:
     base = " | ".join(f"{b.attainment:.1%} / {b.replica_hours:.2f}" for b in row.baselines.values())
     static = f"{row.static[0]}: {row.static[1].attainment:.1%} / {row.static[1].overflow_share:.1%}" \
         if row.static else "-"
+    dollars = " / ".join(map(money, o.spend.per_1k())) if o.spend else "-"
+    cheapest = row.cheapest.spend if row.cheapest else None
+    if cheapest:
+        dollars += f" | {money(cheapest.per_1k()[2])} ({row.cheapest.overflow_share:.1%} overflow)"
+    else:
+        dollars += " | -"
     return (f"| {row.scenario} | {row.seed} | {row.requests} | {o.attainment:.2%} | {o.overflow_share:.1%} | "
-            f"{o.replica_hours:.2f} | {row.bound_hours or float('nan'):.2f} | {ratio} | {base} | {static} | "
-            f"{row.verdict()} |")
+            f"{o.overflow_token_share:.1%} | {o.replica_hours:.2f} | {dollars} | "
+            f"{row.bound_hours or float('nan'):.2f} | {ratio} | {base} | {static} | {row.verdict()} |")
 
 
 def tally(rows: list[Row]) -> str:
@@ -173,7 +182,8 @@ def tally(rows: list[Row]) -> str:
         f"reactive schedule of the bound's on {best_n} ({best.removeprefix(bound.REACTIVE)})"])
 
 
-HEADER = ("| scenario | seed | requests | attainment | overflow | replica-hours | bound | vs bound | "
+HEADER = ("| scenario | seed | requests | attainment | overflow | overflow tokens | replica-hours | "
+          "$/1k self-hosted / overflow / total | cheapest schedule's $/1k at >= 99% | bound | vs bound | "
           + " | ".join(f"{b} att. / hours" for b in BASELINES)
           + f" | static pool within {BOUND_FACTOR:g}x bound: replicas: att. / overflow | targets |\n"
-          + "|---" * (10 + len(BASELINES)) + "|")
+          + "|---" * (13 + len(BASELINES)) + "|")

@@ -129,18 +129,20 @@ def spread_ticks(trace: list[TraceRequest], tick_s: float, seed: int = 0) -> lis
     return out
 
 
-def _poisson(rate_fn, duration_s: float, seed: int, prompt_tokens, output_tokens, max_rate: float):
-    """Non-homogeneous Poisson arrivals by thinning; token counts drawn log-normally around the given means."""
+def _poisson(rate_fn, duration_s: float, seed: int, prompt_tokens, output_tokens, max_rate: float, sizes=None):
+    """Non-homogeneous Poisson arrivals by thinning; token counts drawn log-normally around the given means, or
+    by `sizes(rng) -> (prompt, output)`."""
     if duration_s <= 0 or max_rate <= 0:
         raise ValueError("duration and rate must be > 0")
     rng = random.Random(seed)
+    sizes = sizes or (lambda rng: (_draw(rng, prompt_tokens), _draw(rng, output_tokens)))
     out, t = [], 0.0
     while True:
         t += rng.expovariate(max_rate)
         if t >= duration_s:
             return out
         if rng.random() * max_rate <= rate_fn(t):
-            out.append(TraceRequest(t, _draw(rng, prompt_tokens), _draw(rng, output_tokens)))
+            out.append(TraceRequest(t, *sizes(rng)))
 
 
 def _draw(rng: random.Random, mean: int) -> int:
@@ -218,6 +220,21 @@ def diurnal(low_rate: float = 0.5, high_rate: float = 6.0, period_s: float = 360
     return _poisson(rate, duration_s, seed, prompt_tokens, output_tokens, max(low_rate, high_rate))
 
 
+def long_context(duration_s: float = 1800.0, low_rate: float = 1.0, high_rate: float = 4.0, period_s: float = 900.0,
+                 prompt_median: int = 12_000, prompt_sigma: float = 0.9, max_prompt: int = 200_000,
+                 output_median: int = 200, output_sigma: float = 0.7, seed: int = 0) -> list[TraceRequest]:
+    """Long-context traffic (documents, code, RAG): prompts log-normal with median 12k tokens and sigma 0.9
+    (mean ~18k, p90 ~38k, about 1% past 100k), capped at a 200k context window; answers of a few hundred tokens
+    (median 200, mean ~255); the rate swings between low and high along a cosine of period `period_s`."""
+    def rate(t):
+        return low_rate + (high_rate - low_rate) * (1 - math.cos(2 * math.pi * t / period_s)) / 2
+
+    def sizes(rng):
+        return (min(max_prompt, _lognormal(rng, prompt_median, prompt_sigma)),
+                _lognormal(rng, output_median, output_sigma))
+    return _poisson(rate, duration_s, seed, 0, 0, max(low_rate, high_rate), sizes)
+
+
 def burstiness(trace: list[TraceRequest], window_s: float = 1.0) -> float:
     """The busiest `window_s` window's rate over the trace's mean rate."""
     mean, peak = rate_stats(trace, window_s)
@@ -240,13 +257,14 @@ def rate_stats(trace: list[TraceRequest], window_s: float = 60.0) -> tuple[float
     return len(trace) / (len(counts) * window_s), max(counts) / window_s
 
 
-GENERATORS = {"idle-burst": idle_then_burst, "steps": steps, "on-off": on_off, "spiky": spiky, "diurnal": diurnal}
+GENERATORS = {"idle-burst": idle_then_burst, "steps": steps, "on-off": on_off, "spiky": spiky, "diurnal": diurnal,
+              "long-context": long_context}
 
 
 def _param(key: str, value: str):
     if key == "rates":
         return [float(v) for v in value.split("/")]
-    ints = ("bursts", "seed", "prompt_tokens", "output_tokens", "prompt_median", "output_median")
+    ints = ("bursts", "seed", "prompt_tokens", "output_tokens", "prompt_median", "output_median", "max_prompt")
     return int(value) if key in ints else float(value)
 
 

@@ -86,8 +86,82 @@ class EnvVar(SpecModel):
     """Read the value from a Secret or ConfigMap key when the container starts."""
 
 
+class SpeculativeSpec(SpecModel):
+    """Speculative decoding: a proposer drafts tokens that one forward pass of the model verifies, so a step
+    can yield several tokens at the price of one. vLLM's --speculative-config, whose keys are these fields'
+    snake_case names; what each runtime takes: docs/guides/runtimes.md."""
+
+    RULES: ClassVar = (
+        Rule("self.method != 'draft_model' || has(self.model)",
+             "engine.speculative.model is required for method draft_model",
+             lambda s: s.method != "draft_model" or s.model is not None),
+        Rule("self.method != 'ngram' || !has(self.model)", "engine.speculative.model is for method draft_model",
+             lambda s: s.method != "ngram" or s.model is None),
+        Rule("self.method == 'ngram' || !(has(self.promptLookupMin) || has(self.promptLookupMax))",
+             "engine.speculative.promptLookupMin and promptLookupMax are for method ngram",
+             lambda s: s.method == "ngram" or (s.prompt_lookup_min is None and s.prompt_lookup_max is None)),
+        Rule("!has(self.promptLookupMin) || !has(self.promptLookupMax) || self.promptLookupMin <= self.promptLookupMax",
+             "engine.speculative.promptLookupMin must be less than or equal to promptLookupMax",
+             lambda s: None in (s.prompt_lookup_min, s.prompt_lookup_max)
+             or s.prompt_lookup_min <= s.prompt_lookup_max),
+    )
+
+    method: Literal["ngram", "draft_model"]
+    """ngram: prompt lookup, drafts copied from where the last tokens occurred before in the prompt or the output
+    (no extra weights; pays on answers that quote their input); draft_model: a smaller model with the same
+    tokenizer drafts them."""
+    num_speculative_tokens: int = Field(ge=1)
+    """Most draft tokens verified per sequence and step (our engine drafts fewer, or none, where the measured
+    acceptance and the batch size say it would not pay)."""
+    prompt_lookup_min: int | None = Field(None, ge=1)
+    """ngram: the shortest run of last tokens matched. Unset: the runtime's default."""
+    prompt_lookup_max: int | None = Field(None, ge=1)
+    """ngram: the longest run of last tokens matched (tried first). Unset: the runtime's default."""
+    model: str | None = Field(None, min_length=1)
+    """draft_model: the draft's Hugging Face id, path inside the image, or built-in name."""
+
+
+def _in(field: str, values) -> str:
+    return f"self.{field} in {list(values)}"
+
+
+def _runtime_rules() -> tuple[Rule, ...]:
+    """Each runtime refuses the engine.quantization values and engine.speculative settings it cannot honour
+    (the runtime table, operator/runtimes.py, says which)."""
+    rules = []
+    for r in RUNTIMES.values():
+        off = f"self.runtime != '{r.name}'"
+        note = f" ({r.quantization_note})" if r.quantization_note else ""
+        rules.append(Rule(f"{off} || {_in('quantization', r.quantizations)}",
+                          f"engine.runtime {r.name} takes engine.quantization {', '.join(r.quantizations)}{note}",
+                          lambda e, r=r: e.runtime != r.name or e.quantization in r.quantizations))
+        spec_off = f"{off} || !has(self.speculative)"
+        methods = (f"takes engine.speculative.method {' or '.join(r.speculative_methods)}" if r.speculative_methods
+                   else "takes no engine.speculative (its own speculative flags go in engine.extraArgs)")
+        rules.append(Rule(f"{spec_off} || {_in('speculative.method', r.speculative_methods)}",
+                          f"engine.runtime {r.name} {methods}",
+                          lambda e, r=r: e.runtime != r.name or e.speculative is None
+                          or e.speculative.method in r.speculative_methods))
+        if r.speculative_methods and (unsupported := [f for f in SpeculativeSpec.model_fields
+                                                      if f not in r.speculative_fields]):
+            camel = [SpeculativeSpec.model_fields[f].alias for f in unsupported]
+            rules.append(Rule(f"{spec_off} || !({' || '.join(f'has(self.speculative.{c})' for c in camel)})",
+                              f"engine.runtime {r.name} takes no engine.speculative.{', '.join(camel)}",
+                              lambda e, r=r, u=unsupported: e.runtime != r.name or e.speculative is None
+                              or all(getattr(e.speculative, f) is None for f in u)))
+        if r.max_speculative_tokens:
+            rules.append(Rule(f"{spec_off} || self.speculative.numSpeculativeTokens <= {r.max_speculative_tokens}",
+                              f"engine.runtime {r.name} takes engine.speculative.numSpeculativeTokens up to "
+                              f"{r.max_speculative_tokens}",
+                              lambda e, r=r: e.runtime != r.name or e.speculative is None
+                              or e.speculative.num_speculative_tokens <= r.max_speculative_tokens))
+    return tuple(rules)
+
+
 class EngineSpec(SpecModel):
     """How each engine replica serves the model."""
+
+    RULES: ClassVar = _runtime_rules()
 
     runtime: Literal["floodway", "vllm", "sglang", "tgi", "llamacpp"] = "floodway"
     """Serving engine: `floodway` (ours), `vllm`, `sglang`, `tgi` (Hugging Face TGI) or `llamacpp` (llama.cpp's
@@ -96,6 +170,12 @@ class EngineSpec(SpecModel):
     """Container image; defaults to the operator's image for the runtime."""
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     """Weights and activations precision; auto picks bfloat16 on GPUs and float32 on CPUs."""
+    quantization: Literal["auto", "none", "gguf", "int8", "int4", "awq", "gptq", "fp8"] = "auto"
+    """Weights' format (vLLM's --quantization): auto, the checkpoint's own (a GGUF file's types, a
+    quantization_config's method); none, float; gguf, a .gguf file as it ships; int8 or int4, weight-only with
+    group scales, quantized at load of a float checkpoint; awq, gptq or fp8 checkpoints (fp8 also quantizes a
+    float one at load). What each runtime takes: docs/guides/runtimes.md. The FitsGPU check sizes the weights
+    by it."""
     max_model_len: int = Field(4096, ge=1)
     """Longest sequence (prompt plus output tokens) a request may have."""
     max_num_seqs: int = Field(64, ge=1)
@@ -114,6 +194,8 @@ class EngineSpec(SpecModel):
     """How long model loading may take before the startup probe restarts the container."""
     termination_grace_period_seconds: int = Field(60, ge=0)
     """Time a stopping replica gets to finish its in-flight requests."""
+    speculative: SpeculativeSpec | None = None
+    """Speculative decoding (unset: off)."""
     extra_args: list[str] = Field(default_factory=list)
     """Extra command-line arguments appended to the engine's own."""
     env: list[EnvVar] = Field(default_factory=list)
@@ -153,6 +235,9 @@ class ResourcesSpec(SpecModel):
     replaces that rule (affinity: {nodeAffinity: {}} turns it off, e.g. where nodes lack the label)."""
     gpu_memory_gib: float | None = Field(None, gt=0, alias="gpuMemoryGiB")
     """Memory of one GPU in GiB, when gpuType is not in the planner's table."""
+    gpu_hourly_price: float | None = Field(None, ge=0)
+    """Price of one GPU per hour in dollars, for the cost figures (GPU spend, $ per 1k requests). Unset: the
+    planner's table price of gpuType, where the table has one."""
     cpu: Quantity | None = None
     """CPU request of the engine container (no CPU limit: throttling would stall token streams). Unset:
     2 per GPU, 1 on CPU, so the pod is never BestEffort (evicted first) while it loads weights."""
@@ -254,6 +339,15 @@ class AutoscalingSpec(SpecModel):
     exceeds it, the autoscaler holds capacity as with 0). 0: pay all back."""
 
 
+class OverflowPricing(SpecModel):
+    """What the overflow API bills, in dollars per million tokens (prompt and output priced apart, as APIs do)."""
+
+    input_per_million_tokens: float | None = Field(None, ge=0)
+    """Dollars per million prompt tokens sent to the overflow API. Unset: overflow spend is not counted."""
+    output_per_million_tokens: float | None = Field(None, ge=0)
+    """Dollars per million output tokens the overflow API returns. Unset: overflow spend is not counted."""
+
+
 class OverflowSpec(SpecModel):
     """Spill requests to an external OpenAI-compatible API while local capacity is short."""
 
@@ -267,6 +361,10 @@ class OverflowSpec(SpecModel):
     """Base URL of the external API, e.g. https://api.example.com/v1."""
     model: str | None = None
     """Model name sent to the external API; defaults to the served model name."""
+    models: dict[str, str] | None = None
+    """Local model or adapter name -> the external API's model name for it. A request for an adapter with no
+    entry never overflows (the API has never heard of it): it is held and served locally, or gets 429 with
+    Retry-After when the hold queue is full. The served model without an entry keeps overflow.model."""
     api_key_secret_ref: SecretKeyRef | None = None
     """Secret key holding the external API key; pods read it as an environment variable."""
     max_waiting_per_replica: float = Field(4.0, ge=0)
@@ -275,6 +373,7 @@ class OverflowSpec(SpecModel):
     """Budget of overflowed requests per minute."""
     max_tokens_per_minute: int | None = Field(None, ge=0)
     """Budget of overflowed tokens per minute."""
+    pricing: OverflowPricing = _section(OverflowPricing, "What the overflow API bills per million tokens.")
 
 
 class RoutingSpec(SpecModel):
@@ -356,6 +455,19 @@ class NetworkPolicySpec(SpecModel):
     """More NetworkPolicyPeers admitted to the engine port, e.g. your Prometheus namespace."""
 
 
+LORA_RUNTIMES = ("floodway", "vllm")  # the runtimes whose flags serve LoRA adapters (render/runtime_args.py)
+
+
+class AdapterSpec(SpecModel):
+    """A LoRA adapter (PEFT format) served next to the base model: clients name it in `model`."""
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$")
+    """Model name clients send for it."""
+    source: str = Field(min_length=1)
+    """Its folder, as spec.model's: a path inside the image, a Hugging Face id (engine.hfTokenSecretRef for
+    gated ones; runtimes that download it), or with storage.modelClaim a folder inside the claim."""
+
+
 class InferenceServiceSpec(SpecModel):
     """A served model: engines, gateway, autoscaling and overflow."""
 
@@ -363,7 +475,15 @@ class InferenceServiceSpec(SpecModel):
         f"!(self.engine.runtime in {list(SINGLE_GPU_RUNTIMES)}) || self.resources.gpus <= 1",
         f"resources.gpus > 1 needs tensor parallelism, which engine.runtime {' / '.join(SINGLE_GPU_RUNTIMES)} "
         "lacks: use gpus: 1 and more replicas",
-        lambda s: s.engine.runtime not in SINGLE_GPU_RUNTIMES or s.resources.gpus <= 1),)
+        lambda s: s.engine.runtime not in SINGLE_GPU_RUNTIMES or s.resources.gpus <= 1),
+        Rule("self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name) && a.name != self.model "
+             "&& (!has(self.servedModelName) || a.name != self.servedModelName))",
+             "adapters[].name must be unique and differ from the served model name",
+             lambda s: len({a.name for a in s.adapters}) == len(s.adapters)
+             and s.model_name not in {a.name for a in s.adapters} and s.model not in {a.name for a in s.adapters}),
+        Rule(f"size(self.adapters) == 0 || self.engine.runtime in {list(LORA_RUNTIMES)}",
+             f"adapters are served by engine.runtime {' / '.join(LORA_RUNTIMES)} (--enable-lora --lora-modules)",
+             lambda s: not s.adapters or s.engine.runtime in LORA_RUNTIMES),)
 
     model: str = Field(min_length=1)
     """Hugging Face model id, a path inside the image, or a built-in name such as floodway/tiny-llama. With
@@ -372,6 +492,8 @@ class InferenceServiceSpec(SpecModel):
     """Model name clients send; defaults to model."""
     model_shape: ModelShapeSpec | None = None
     """The model's shape, for the FitsGPU check when its config.json is out of the operator's reach."""
+    adapters: list[AdapterSpec] = Field(default_factory=list, max_length=64)
+    """LoRA adapters each engine serves from startup, batched with the base model's requests."""
     image_pull_secrets: list[str] = Field(default_factory=list)
     """Names of Secrets for pulling the engine and gateway images from a private registry."""
     engine: EngineSpec = _section(EngineSpec, "How each engine replica serves the model.")
@@ -393,3 +515,8 @@ class InferenceServiceSpec(SpecModel):
     def model_source(self) -> str:
         """What the engine loads: the claim's folder when the model is on a volume, else spec.model."""
         return self.storage.model_path() or self.model
+
+    def adapter_sources(self) -> list[tuple[str, str]]:
+        """(name, what the engine loads) per adapter: inside the claim when the model is on a volume."""
+        claim = self.storage.model_claim
+        return [(a.name, posixpath.join(MODELS_DIR, a.source) if claim else a.source) for a in self.adapters]

@@ -47,8 +47,22 @@ OVERFLOW_RULE = "overflow.baseURL and overflow.apiKeySecretRef are required when
     ({"rollout": {"maxSurge": -1}}, "rollout.maxSurge and rollout.maxUnavailable must be"),
     ({"rollout": {"maxUnavailable": "half"}}, "rollout.maxSurge and rollout.maxUnavailable must be"),
     ({"autoscaling": {"mode": "keda"}}, "spec.autoscaling.mode"),
+    ({"engine": {"quantization": "int3"}}, "spec.engine.quantization"),
+    ({"engine": {"runtime": "llamacpp", "quantization": "int4"}}, "engine.runtime llamacpp takes engine.quantization"),
+    ({"engine": {"runtime": "vllm", "quantization": "int8"}}, "engine.runtime vllm takes engine.quantization"),
+    ({"engine": {"speculative": {"method": "draft_model", "numSpeculativeTokens": 2}}},
+     "engine.speculative.model is required for method draft_model"),
+    ({"engine": {"speculative": {"method": "ngram", "numSpeculativeTokens": 2, "promptLookupMin": 3,
+                                 "promptLookupMax": 2}}}, "promptLookupMin must be less than or equal to"),
+    ({"engine": {"speculative": {"method": "ngram", "numSpeculativeTokens": 17}}}, "numSpeculativeTokens up to 16"),
+    ({"engine": {"runtime": "tgi", "speculative": {"method": "ngram", "numSpeculativeTokens": 2,
+                                                   "promptLookupMax": 3}}}, "tgi takes no engine.speculative."),
+    ({"engine": {"runtime": "sglang", "speculative": {"method": "ngram", "numSpeculativeTokens": 2}}},
+     "engine.runtime sglang takes no engine.speculative"),
 ], ids=["min>max", "ttft0", "tpot<0", "runtime", "no-baseURL", "no-key", "maxModelLen0", "gpus<0", "gpus>1-no-tp",
-        "claim-dotdot", "claim-abs", "env-both", "env-none", "cpu", "surge", "unavailable", "mode"])
+        "claim-dotdot", "claim-abs", "env-both", "env-none", "cpu", "surge", "unavailable", "mode", "quantization",
+        "llamacpp-int4", "vllm-int8", "draft-no-model", "lookup-min>max", "spec-tokens>16", "tgi-lookup",
+        "sglang-spec"])
 def test_bad_spec_is_refused_by_the_api_server_and_by_the_local_parser(cluster, ns, bad, message):
     doc = manifest("bad", **bad)
     refused = cluster.kubectl("create", "-f", "-", input=json.dumps(doc), check=False)
@@ -88,6 +102,19 @@ def test_defaults_explain_scale_and_printer_columns(cluster, ns):
     assert header[:4] == ["NAME", "MODEL", "READY", "DESIRED"] and "URL" not in header
     wide = cluster.kubectl("-n", ns, "get", "inferenceservice", "defaults", "-o", "wide").stdout.splitlines()[0]
     assert "REASON" in wide.split() and "URL" in wide.split()
+
+
+def test_each_runtime_accepts_the_quantization_and_speculation_it_honours(cluster, ns):
+    for runtime, engine in [
+            ("floodway", {"quantization": "int4", "speculative": {"method": "ngram", "numSpeculativeTokens": 16,
+                                                                  "promptLookupMin": 1, "promptLookupMax": 3}}),
+            ("vllm", {"quantization": "awq", "speculative": {"method": "draft_model", "numSpeculativeTokens": 20,
+                                                             "model": "org/draft"}}),
+            ("tgi", {"quantization": "gptq", "speculative": {"method": "ngram", "numSpeculativeTokens": 2}}),
+            ("sglang", {"quantization": "fp8"}), ("llamacpp", {"quantization": "gguf"})]:
+        doc = manifest(f"ok-{runtime}", engine={"runtime": runtime, **engine})
+        parse(doc)
+        cluster.kubectl("-n", ns, "apply", "--dry-run=server", "-f", "-", input=json.dumps(doc))
 
 
 def test_the_e2e_and_example_manifests_are_accepted(cluster, ns):

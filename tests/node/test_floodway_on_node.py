@@ -226,9 +226,11 @@ def stream_chat(base_url: str, text: str, max_tokens: int, local_only: bool,
         return r.headers.get("x-floodway-backend", ""), r.status_code, "\n".join(lines)
 
 
-# The streams running on the deleted pod: both its batch slots (maxNumSeqs 2), each 200 tokens long, so at least
-# 200 x STEP_DELAY_MS = 8 s of decoding by configuration, far past the delete reaching the pod as SIGTERM.
-RUNNING, DRAIN_TOKENS = 2, 200
+# The streams running on the deleted pod: both its batch slots (maxNumSeqs 2), each 64 tokens long: at least
+# 64 x STEP_DELAY_MS = 2.6 s of decoding by configuration, past the delete reaching the pod as SIGTERM (the pod's own
+# count of requests it drains is asserted), and well within the 55 s drain at the pod's 200m of CPU (200 tokens
+# each were not: the drain timed out and aborted them).
+RUNNING, DRAIN_TOKENS = 2, 64
 
 
 def test_pod_deleted_mid_load_drains_and_loses_nothing(floodway, validate_reply):

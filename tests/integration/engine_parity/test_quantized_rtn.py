@@ -1,9 +1,10 @@
 """`--quantization int8|int4` (round-to-nearest in groups of 32 at load) on SmolLM2 against float32: the loss on a
 held text stays within what the bits allow (engine/bench/quant_quality.py measures the same rows).
 
-int8 rounds each weight to absmax/127 steps of its group (as Q8_0), int4 to (max - min)/15 steps (as Q4_1); the
-reference's weights are already on a Q4_1 grid, which int4 re-rounds in bf16. Bounds as in test_quantized_gguf.py:
-8-bit loss near bf16 compute's own, 4-bit a few percent of perplexity.
+int8 rounds each weight to absmax/127 steps of its group (as Q8_0), int4 to (max - min)/15 steps (as Q4_1). The
+reference's weights already lie on a Q4_1 grid of 32, which int4 mostly finds again (measured 0.0010 nats, as Q4_1
+itself), so on this model int4 shows little beyond bf16 compute; the bounds are the bits' ladder of
+test_quantized_gguf.py (8-bit near bf16 compute's 0.0008 nats, 4-bit up to Q4_0's measured 0.28 with headroom).
 """
 
 import pytest
@@ -11,7 +12,7 @@ from floodway.engine.bench import quant_quality as quality
 from floodway.engine.models.smollm2 import NAME
 
 CHATS = quality.CHATS[:1]  # "What is the capital of France?"
-BOUNDS = {"int8": (0.01, 0.01), "int4": (0.15, 0.05)}  # format -> (max mean KL in nats, max |ppl / fp32 - 1|)
+BOUNDS = {"int8": (0.01, 0.01), "int4": (0.5, 0.3)}  # format -> (max mean KL in nats, max |ppl / fp32 - 1|)
 
 
 @pytest.fixture(scope="module")

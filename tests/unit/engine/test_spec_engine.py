@@ -4,6 +4,7 @@ output, chunked prefill, preemption, prefix-cache hits on blocks filled by accep
 distributed as the target's (chi-square against transformers' logits, shown first to fail for a verifier that
 accepts every draft); KV blocks and prefix-cache hashes consistent after every step; no leaks."""
 
+import json
 import math
 
 import pytest
@@ -172,8 +173,6 @@ def test_prefix_cache_hits_on_blocks_filled_by_accepted_drafts(tiny_model_path):
 
 
 def test_structured_output_masks_every_verified_position(tiny_model_path):
-    import json
-
     schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
               "required": ["a", "b"]}
     reqs = {"json": (PROMPTS[0], SamplingParams(max_tokens=60, structured=StructuredSpec("json_schema", schema),
@@ -278,7 +277,7 @@ def test_metrics_carry_vllms_spec_decode_counters(tiny_model_path):
 def test_draft_model_greedy_equals_non_speculative(tiny_model_path, cfg):
     # The target as its own draft: its proposals are the target's raw greedy tokens, accepted where no penalty,
     # bias or min_tokens changes the target's choice.
-    draft = '{"method": "draft_model", "num_speculative_tokens": 3, "model": "%s"}' % tiny_model_path
+    draft = json.dumps({"method": "draft_model", "num_speculative_tokens": 3, "model": tiny_model_path})
     reqs = {k: v for k, v in mixed_requests().items() if k != "bias"}
     plain = run(make_engine(tiny_model_path, None, **cfg), reqs)
     eng = make_engine(tiny_model_path, draft, **cfg)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import pytest
 from floodway.operator.controller.scaling import autoscaler_policy
 from floodway.operator.planner.fit import spec_fit
+from floodway.operator.planner.prices import spec_prices
 from floodway.operator.render import Images, Owner, render
 from floodway.operator.render.engine import engine_args
 from floodway.operator.render.gateway import gateway_config
@@ -27,7 +28,9 @@ SECRET = {"name": "s", "key": "k"}
 # The spec the perturbations start from: every optional section present, so its fields have something to change.
 BASE = {
     "model": "org/model",
-    "engine": {"env": [{"name": "A", "value": "1"}], "hfTokenSecretRef": SECRET},
+    "engine": {"env": [{"name": "A", "value": "1"}], "hfTokenSecretRef": SECRET,
+               "speculative": {"method": "ngram", "numSpeculativeTokens": 3, "promptLookupMin": 2,
+                               "promptLookupMax": 4}},
     "resources": {"gpuType": "l4", "tolerations": [{"key": "k", "operator": "Equal", "value": "v",
                                                    "effect": "NoSchedule", "tolerationSeconds": 5}]},
     "modelShape": {"hiddenSize": 4096, "numLayers": 32, "numHeads": 32, "numKvHeads": 8, "vocabSize": 128000,
@@ -38,6 +41,7 @@ BASE = {
     "storage": {"modelClaim": {"name": "weights", "path": "m"}, "cacheClaim": {"name": "cache"}},
     "rollout": {"maxSurge": 1, "maxUnavailable": 1},
     "networkPolicy": {"allowFrom": [{"namespaceSelector": {}}]},
+    "adapters": [{"name": "support", "source": "adapters/support"}],
 }
 # Fields whose effect needs another setting first (path: changes to BASE).
 CONTEXT = {
@@ -49,7 +53,12 @@ CONTEXT = {
     ("engine", "env", "[]", "value_from", "config_map_key_ref"): {"engine": {"env": [{"name": "A", "valueFrom": {
         "configMapKeyRef": SECRET}}]}},
     ("resources", "gpu_memory_gib"): {"resources": {"gpuType": None}},
+    ("engine", "speculative", "model"): {"engine": {"speculative": {
+        "method": "draft_model", "model": "org/draft", "promptLookupMin": None, "promptLookupMax": None}}},
 }
+# Fields whose other value needs sibling fields changed with it (path: {sibling: value}).
+SIBLINGS = {("engine", "speculative", "method"): {"model": "org/draft", "prompt_lookup_min": None,
+                                                  "prompt_lookup_max": None}}
 SAMPLES = {  # values for fields a generic guess cannot make valid
     ("engine", "extra_args"): ["--seed", "1"],
     ("engine", "pod_template"): {"metadata": {"labels": {"team": "a"}}},
@@ -63,6 +72,7 @@ SAMPLES = {  # values for fields a generic guess cannot make valid
     ("overflow", "base_url"): "https://other.example/v1",
     ("image_pull_secrets",): ["regcred"],
     ("model_shape", "max_position_embeddings"): 2048,  # below engine.maxModelLen
+    ("overflow", "models"): {"support": "small-support"},
 }
 
 # Fields that reach a target of another name by a rule of the spec's (path, target): why.
@@ -75,11 +85,16 @@ DERIVED = {
     (("engine", "max_num_seqs"), "policy:target_concurrency"): "targetConcurrency unset: a share of the batch",
     (("engine", "termination_grace_period_seconds"), "flag:drain_timeout"): "the engine drains within the grace",
     (("slo", "tpot_ms"), "flag:tpot_slo_ms"): "the engine's own flag for the TPOT it protects",
+    (("engine", "speculative"), "flag:speculative_config"): "vLLM's JSON flag, keyed by the fields' snake_case names",
     (("overflow", "enabled"), "policy:overflow_share"): "an overflow budget only where the service overflows",
     (("overflow", "enabled"), "gateway:*"): "the connection settings pass only when overflow is on",
     (("overflow", "model"), "gateway:overflow.api_key_env"): "",
     (("storage", "model_claim"), "flag:model"): "a model on a claim loads from its mount",
     (("storage", "model_claim", "path"), "flag:model"): "a model on a claim loads from its mount",
+    (("adapters", "[]", "name"), "flag:lora_modules"): "each adapter is a name=path item of --lora-modules",
+    (("adapters", "[]", "source"), "flag:lora_modules"): "each adapter is a name=path item of --lora-modules",
+    (("adapters", "[]", "name"), "gateway:served_models"): "the gateway serves the adapters' names too",
+    (("overflow", "models"), "gateway:overflow.models.support"): "the mapping, flattened to one key per model",
 }
 # Fields no engine flag, gateway config or policy field has: only the renderer reads them, into the Kubernetes
 # objects (path: what they become there). The test checks that the rendered objects change.
@@ -108,6 +123,13 @@ RENDERED = {
 OTHER = {
     ("model_shape",): ("the FitsGPU check (planner.fit.spec_fit)", spec_fit),
     ("resources", "gpu_memory_gib"): ("the FitsGPU check (planner.fit.spec_fit)", spec_fit),
+    ("engine", "speculative"): ("the engine's --speculative-config JSON",
+                                lambda s: _flags(s).get("speculative_config")),
+    ("resources", "gpu_hourly_price"): ("the cost figures (planner.prices.spec_prices)", spec_prices),
+    ("overflow", "pricing"): ("the cost figures (planner.prices.spec_prices)", spec_prices),
+    ("adapters",): ("the engine's --lora-modules name=path items", lambda s: _flags(s).get("lora_modules")),
+    ("overflow", "models"): ("the gateway's overflow.models (a mapping)",
+                             lambda s: gateway_config(s, {"static": []}, 0)["overflow"].get("models")),
 }
 
 
@@ -188,6 +210,8 @@ def perturbed(path) -> tuple[InferenceServiceSpec, InferenceServiceSpec]:
         if value == current:
             continue
         _set(data, path, value)
+        for name, sibling in SIBLINGS.get(path, {}).items():
+            _set(data, (*path[:-1], name), sibling)
         try:
             return base, InferenceServiceSpec.model_validate(data)
         except ValidationError:

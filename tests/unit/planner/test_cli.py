@@ -113,3 +113,16 @@ def test_cpu_profile_plans_float32_and_counts_no_gpus(tmp_path):
     assert p["weights"]["precision"] == "float32" and p["kv"]["bytes_per_token"] == 4096  # 2 x 4 x 4 x 32 x 4
     assert p["throughput"]["replicas"] is not None and p["throughput"]["gpus_total"] is None
     assert any("measured at 256 context tokens; this workload averages 250" in n for n in p["notes"])
+
+
+def test_the_table_s_gpu_price_gives_the_break_even_rate_unless_overridden(llama2_7b):
+    args = ("--model", llama2_7b, "--gpu", "h100-80gb", "--prompt-tokens", "1000", "--output-tokens", "200",
+            "--api-price-in", "0.5", "--api-price-out", "1.5")
+    c = plan(*args)["cost"]
+    # h100-80gb's indicative $3.00/hour; the API bills 1000 x 0.5 / 1e6 + 200 x 1.5 / 1e6 = $0.0008 a request:
+    # one replica costs what the API does at 3 / 3600 / 0.0008 = 1.04 requests/s.
+    assert c["replica_price_per_hour"] == 3.0 and c["api_cost_per_request"] == pytest.approx(0.0008)
+    assert c["break_even_requests_per_s"] == pytest.approx(3 / 3600 / 0.0008)
+    assert plan(*args, "--gpu-price-per-hour", "1.5")["cost"]["break_even_requests_per_s"] == \
+        pytest.approx(1.5 / 3600 / 0.0008)
+    assert plan("--model", llama2_7b, "--gpu", "l4", "--api-price-in", "0.5")["cost"] is None  # no table price

@@ -46,9 +46,12 @@ def test_refuses_when_one_sequence_cannot_fit(llama2_7b):
 def test_refuses_when_the_weights_alone_do_not_fit(llama2_7b):
     r = check_fit(llama2_7b, dtype="float32", gpu_type="l4")
     assert r.level == "refuse" and "float32 weights (25.10 GiB) leave no room" in r.message
+    awq = check_fit(llama2_7b, dtype="float32", gpu_type="l4", quantization="awq")
+    # AWQ's int4 weights and group scales (3.50 GB) leave 17.14 GiB: four float32 sequences of 4 GiB at 4096 tokens.
+    assert awq.level == "warning" and awq.details["max_seqs_at_max_model_len"] == 4
     int4 = check_fit(llama2_7b, dtype="float32", gpu_type="l4", quantization="int4")
-    # int4 weights (3.37 GB) leave 17.26 GiB: four float32 sequences of 4 GiB each at 4096 tokens.
-    assert int4.level == "warning" and int4.details["max_seqs_at_max_model_len"] == 4
+    # Our int4 keeps a float32 scale and offset per 32 weights (5.05 GB), leaving 15.69 GiB: three sequences.
+    assert int4.level == "warning" and int4.details["max_seqs_at_max_model_len"] == 3
 
 
 def test_max_model_len_beyond_the_model_warns(llama2_7b):

@@ -108,3 +108,28 @@ def test_spiky_traffic_is_prefill_heavy_and_bursty_like_the_held_out_trace():
         assert 10 <= outputs[len(tr) // 2] <= 16 and 20 <= sum(outputs) / len(tr) <= 36
         assert 15 <= burstiness(tr) <= 35
         assert 1.5 <= len(tr) / tr[-1].arrival_s <= 4.0
+
+
+def test_long_context_prompts_follow_their_log_normal_with_a_tail_past_100k():
+    """Against the log-normal's own quantiles (statistics.NormalDist): median 12k, p90 12k x e^(1.2816 x 0.9),
+    the share past 100k 1 - Phi(ln(100k / 12k) / 0.9), about 0.9%; answers a few hundred tokens."""
+    import math
+    from statistics import NormalDist
+
+    from floodway.operator.simulator.traces import long_context
+
+    z = NormalDist()
+    for seed in range(3):
+        tr = long_context(seed=seed)
+        assert tr == long_context(seed=seed) and tr != long_context(seed=seed + 1)
+        prompts = sorted(r.prompt_tokens for r in tr)
+        outputs = sorted(r.output_tokens for r in tr)
+        n = len(tr)
+        assert prompts[n // 2] == pytest.approx(12_000, rel=0.06)
+        assert prompts[int(0.9 * n)] == pytest.approx(12_000 * math.exp(z.inv_cdf(0.9) * 0.9), rel=0.1)
+        tail = sum(p > 100_000 for p in prompts) / n
+        assert 0.4 * (1 - z.cdf(math.log(100_000 / 12_000) / 0.9)) < tail < 1.8 * (1 - z.cdf(math.log(100 / 12) / 0.9))
+        assert prompts[-1] <= 200_000  # the context window
+        assert 150 <= outputs[n // 2] <= 250 and 150 <= sum(outputs) / n <= 400
+        # 1 -> 4 -> 1 req/s along a cosine: a mean of 2.5 req/s over whole periods
+        assert len(tr) / 1800 == pytest.approx(2.5, rel=0.06)
