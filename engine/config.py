@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 
 from floodway.engine.lora import config as lora_config
+from floodway.engine.quant import formats as quant_formats
+from floodway.engine.scheduling_policy import FCFS, POLICIES
 from floodway.engine.spec_decode import config as spec_config
 
 DEFAULT_CPU_KV_BYTES = 512 * 2**20
@@ -20,9 +22,12 @@ class EngineConfig:
     served_model_name: str | None = _setting(None, "Model name in the API (default: --model).")
     dtype: str = _setting("auto", "auto (float32 on CPU, bfloat16 on CUDA), float32, float16 or bfloat16.")
     quantization: str = _setting("auto", "Weights: auto (the checkpoint's own: a .gguf file's types, the built-in "
-                                         "SmolLM2's shipped Q4_1), none (float), gguf, int8 or int4 (weight-only, "
+                                         "SmolLM2's shipped Q4_1, a quantization_config's method), none (float), "
+                                         "gguf, awq, gptq, compressed-tensors or fp8 (such a checkpoint as it ships; "
+                                         "fp8 also quantizes a float one at load), int8 or int4 (weight-only, "
                                          "round-to-nearest in groups of 32 at load of a float checkpoint). Quantized "
-                                         "weights compute in bfloat16 on CPU (dtype auto picks it).")
+                                         "weights compute in bfloat16 on CPU (dtype auto picks it); fp8 runs on CUDA "
+                                         "only.")
     device: str = _setting("auto", "auto, cpu or cuda[:N].")
     max_model_len: int | None = _setting(None, "Context length (default: min(model's, 4096)).")
     max_num_seqs: int = _setting(64, "Most sequences in one batch.")
@@ -34,6 +39,10 @@ class EngineConfig:
                                                "preemption with it).")
     enable_prefix_caching: bool = _setting(True, "Reuse KV blocks of shared prompt prefixes.")
     enable_chunked_prefill: bool = _setting(True, "Split long prompts across engine steps.")
+    scheduling_policy: str = _setting(FCFS, "fcfs (first come, first served) or priority: by each request's "
+                                            "`priority` (lower first, ties by arrival); prompts being prefilled "
+                                            "yield to higher-priority arrivals and the lowest-priority running "
+                                            "requests are preempted first.")
     enforce_eager: bool = _setting(False, "On CUDA, run every step eagerly instead of replaying decode steps as "
                                           "CUDA graphs captured at startup.")
     compile_decode: bool = _setting(False, "On CPU, run the layers of decode-only steps as one torch.compile graph "
@@ -68,10 +77,13 @@ class EngineConfig:
             raise ValueError("model must be a non-empty string")
         if self.dtype not in ("auto", "float32", "float16", "bfloat16"):
             raise ValueError(f"dtype must be one of auto, float32, float16, bfloat16, got {self.dtype!r}")
-        if self.quantization not in ("auto", "none", "gguf", "int8", "int4"):
-            raise ValueError(f"quantization must be one of auto, none, gguf, int8, int4, got {self.quantization!r}")
+        if self.quantization not in quant_formats.METHODS:
+            raise ValueError(f"quantization must be one of {', '.join(quant_formats.METHODS)}, "
+                             f"got {self.quantization!r}")
         if self.model_impl not in ("auto", "transformers"):
             raise ValueError(f"model_impl must be auto or transformers, got {self.model_impl!r}")
+        if self.scheduling_policy not in POLICIES:
+            raise ValueError(f"scheduling_policy must be one of {', '.join(POLICIES)}, got {self.scheduling_policy!r}")
         if not isinstance(self.device, str) or not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
             raise ValueError(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):

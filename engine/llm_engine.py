@@ -15,6 +15,7 @@ from floodway.engine.request import Request
 from floodway.engine.sampler import processed_logits, sample, token_logprobs
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.scheduler import ScheduledSeq, Scheduler
+from floodway.engine.scheduling_policy import check_priority
 from floodway.engine.spec_decode import config as spec_config
 from floodway.engine.spec_decode.draft import DraftModel
 from floodway.engine.spec_decode.speculator import SpecCounters, Speculator
@@ -40,7 +41,7 @@ class LLMEngine:
         self.lora = LoRAManager(config, self.runner.lora) if config.enable_lora else None
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.enable_chunked_prefill, self.speculator,
-                                   config.max_loras if config.enable_lora else None)
+                                   config.max_loras if config.enable_lora else None, config.scheduling_policy)
         if not config.enable_chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
             raise ValueError(f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be >= max_model_len "
                              f"({self.max_model_len}) when enable_chunked_prefill is off")
@@ -53,9 +54,10 @@ class LLMEngine:
         self.grammars = Grammars(self.tokenizer, self.runner.vocab_size, list(self.runner.eos_token_ids))
 
     # --- admission -------------------------------------------------------------------------------------------
-    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams, priority: int = 0) -> None:
         """Raises ValueError for a request that could never run; reads only config numbers (thread-safe)."""
         params.validate()
+        check_priority(self.config.scheduling_policy, priority)
         n = len(prompt_token_ids)
         if n == 0:
             raise ValueError("prompt is empty")
@@ -79,8 +81,9 @@ class LLMEngine:
             raise ValueError(f"logit_bias token ids must be below the vocabulary size {self.runner.vocab_size}")
 
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                    arrival_time: float | None = None, lora: str | None = None) -> None:
-        """lora: the name of a LoRA adapter to run with (None: the base model)."""
+                    arrival_time: float | None = None, lora: str | None = None, priority: int = 0) -> None:
+        """lora: the name of a LoRA adapter to run with (None: the base model); priority: lower is served first
+        under the priority scheduling policy (vLLM's), 0 only under fcfs."""
         if request_id in self.requests:
             raise ValueError(f"duplicate request_id {request_id!r}")
         if isinstance(prompt, str):
@@ -89,14 +92,14 @@ class LLMEngine:
             ids = list(prompt)
         else:
             raise ValueError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
-        self.validate_request(ids, params)
+        self.validate_request(ids, params, priority)
         if lora is not None and self.lora is None:
             raise ValueError(f"LoRA adapter {lora!r} asked of an engine started without enable_lora")
         adapter = self.lora.resolve(lora) if lora is not None else None
         metrics = RequestMetrics(arrival_time or time.time())
         seqs = [self._sequence(request_id, ids, params, metrics, i) for i in range(params.num_seqs)]
         for seq in seqs:
-            seq.lora = adapter
+            seq.lora, seq.priority = adapter, priority
         seqs[0].forks = seqs[1:]  # prefilled once, by the first
         if params.prompt_logprobs is not None:  # filled by whichever sequence computes the prompt, read by all
             lps, tops = [None], [None]

@@ -27,6 +27,7 @@ class PackedLinear(torch.nn.Module):
         super().__init__()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), ROWS_HINT)
         self.bias = linear.bias
+        self.in_features, self.out_features = linear.in_features, linear.out_features  # what a LoRA wrapper reads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():  # traced as an opaque op: inductor lowers this one only for frozen weights

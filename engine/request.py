@@ -43,6 +43,7 @@ class Request:
     spec_acceptance: Acceptance = field(default_factory=Acceptance)
     draft_computed: int = 0  # leading tokens whose KV the draft model (if any) holds
     lora: Any = None  # the LoRA adapter it runs with (lora.registry.Adapter), None for the base model
+    priority: int = 0  # lower is served first under the priority scheduling policy (engine/scheduling_policy.py)
 
     def __post_init__(self):
         self.all_token_ids = list(self.prompt_token_ids)

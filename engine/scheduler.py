@@ -2,10 +2,17 @@
 then waiting ones; preemption by recompute, newest first, when KV blocks run out. A step that decodes may
 carry at most `prefill_budget` prefill tokens (TPOT protection, engine/prefill_budget.py).
 
+Under the priority policy (engine/scheduling_policy.py) both queues are kept in rank order, so the same rules
+serve the highest-ranked first and preempt the lowest-ranked first; and a prompt being prefilled yields the
+step's budget to waiting requests ranked above it (its chunk comes after their admission, from what is left),
+so a long low-priority prompt delays a high-priority one's first token by at most the step already running.
+Decodes never yield: running requests go first, as in vLLM.
+
 A request with n > 1 sequences queues as one (its first sequence, carrying the others as `forks`) and takes
 seats for all of them at admission; once its prompt is prefilled the others fork off it, sharing its blocks.
 From then on each sequence is scheduled, preempted and recomputed on its own."""
 
+import bisect
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -14,6 +21,7 @@ from typing import TYPE_CHECKING
 from floodway.engine.kv_manager import KVManager
 from floodway.engine.lora.residency import admits
 from floodway.engine.request import Request, Status
+from floodway.engine.scheduling_policy import FCFS, PRIORITY, rank
 
 if TYPE_CHECKING:
     from floodway.engine.spec_decode.speculator import Speculator
@@ -50,19 +58,32 @@ class SchedulerCounters:
 
 class Scheduler:
     def __init__(self, kv: KVManager, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool,
-                 speculator: "Speculator | None" = None, max_loras: int | None = None):
+                 speculator: "Speculator | None" = None, max_loras: int | None = None, policy: str = FCFS):
         self.kv = kv
         self.speculator = speculator
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.chunked_prefill = chunked_prefill
         self.max_loras = max_loras  # distinct LoRA adapters running at once (None: LoRA off)
+        self.policy = policy
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.counters = SchedulerCounters()
 
     def add(self, req: Request) -> None:
-        self.waiting.append(req)
+        self._enqueue(self.waiting, req)
+
+    def _enqueue(self, queue: deque[Request] | list[Request], req: Request) -> None:
+        """Appends; under the priority policy inserts by rank, after its equals (ties keep their order)."""
+        if self.policy == PRIORITY:
+            bisect.insort(queue, req, key=rank)
+        else:
+            queue.append(req)
+
+    def _yields(self, req: Request) -> bool:
+        """Whether a running request's prompt chunk waits for the admission of a waiting request ranked above it."""
+        return self.policy == PRIORITY and bool(self.waiting) and not _decodes(req) \
+            and rank(self.waiting[0]) < rank(req)
 
     def schedule(self, prefill_budget: int | None = None) -> SchedulerOutput:
         """The next step. `prefill_budget` caps its prefill tokens when it also decodes (None: no cap)."""
@@ -74,9 +95,13 @@ class Scheduler:
         if self.speculator is not None and decodes:
             self.speculator.propose(decodes)
         pending = len(decodes)  # decodes not yet scheduled: drafts leave each a token and a block
+        yielding = [r for r in self.running if self._yields(r)]
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
+            if req in yielding:
+                i += 1
+                continue
             is_prefill = not _decodes(req)
             num_new = self._chunk(req.num_tokens - req.num_computed_tokens, min(budget, prefill) if is_prefill
                                   else budget)
@@ -93,7 +118,7 @@ class Scheduler:
                 self.kv.trim(req, req.num_computed_tokens + num_new + num_spec)  # slots of drafts not verified
                 del req.spec_token_ids[num_spec:]
             while not num_spec and not self.kv.allocate(req, num_new):
-                victim = self.running.pop()  # newest
+                victim = self.running.pop()  # newest (lowest-ranked under the priority policy)
                 self._preempt(victim)
                 out.preempted.append(victim)
                 if victim is req:
@@ -108,6 +133,8 @@ class Scheduler:
         while not out.preempted and self.waiting and budget > 0:
             req = self.waiting[0]
             if len(self.running) + 1 + len(req.forks) > self.max_num_seqs:
+                break
+            if yielding and rank(req) > rank(yielding[0]):  # below a prompt that yielded: it goes first
                 break
             if not admits(req.lora and req.lora.id, {r.lora.id for r in self.running if r.lora}, self.max_loras):
                 skipped.append(self.waiting.popleft())
@@ -125,11 +152,19 @@ class Scheduler:
                 req.metrics.first_scheduled_time = time.time()
                 self.counters.prefix_queries += req.num_prompt_tokens
                 self.counters.prefix_hits += num_cached
-            self.running.append(req)
+            self._enqueue(self.running, req)
             out.seqs.append(ScheduledSeq(req, num_new))
             budget -= num_new
             prefill -= num_new
         self.waiting.extendleft(reversed(skipped))
+        # The prompts that yielded, in rank order, from the budget left; never preempting for it (they rank below
+        # what was scheduled), so one whose blocks are short waits for the next step.
+        for req in yielding:
+            num_new = self._chunk(req.num_tokens - req.num_computed_tokens, min(budget, prefill))
+            if req.status is Status.RUNNING and num_new and self.kv.allocate(req, num_new):
+                out.seqs.append(ScheduledSeq(req, num_new))
+                budget -= num_new
+                prefill -= num_new
         return out
 
     def _chunk(self, remaining: int, budget: int) -> int:
@@ -150,7 +185,7 @@ class Scheduler:
             self.kv.fork(req, seq)
             seq.num_computed_tokens, seq.num_cached_tokens = req.num_computed_tokens, req.num_cached_tokens
             seq.status = Status.RUNNING
-            self.running.append(seq)
+            self._enqueue(self.running, seq)
         return forks
 
     def _preempt(self, req: Request) -> None:
@@ -158,7 +193,10 @@ class Scheduler:
         req.num_computed_tokens = 0
         req.spec_token_ids, req.draft_computed = [], 0
         req.status = Status.WAITING
-        self.waiting.appendleft(req)
+        if self.policy == PRIORITY:
+            self._enqueue(self.waiting, req)
+        else:
+            self.waiting.appendleft(req)
         self.counters.num_preemptions += 1
 
     def finish(self, req: Request) -> None:

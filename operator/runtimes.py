@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from floodway.engine.quant import formats as quant_formats
 from floodway.engine.spec_decode import config as spec_config
 
 
@@ -66,15 +67,13 @@ RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
     # Ours: /ready also turns 503 while draining after SIGTERM; /health stays 200.
     Runtime("floodway", None, _VLLM_METRICS, ready_path="/ready",
             command=("floodway", "engine"),
-            # engine/quant/load.py's METHODS (a torch module, so not imported here)
-            quantizations=("auto", "none", "gguf", "int8", "int4"), quantization_flag="--quantization",
-            quantization_note="awq, gptq and fp8 checkpoints: runtime vllm",
+            quantizations=quant_formats.METHODS, quantization_flag="--quantization",
             speculative_methods=spec_config.METHODS, max_speculative_tokens=spec_config.MAX_SPECULATIVE_TOKENS),
     # vLLM answers /health only once the model is loaded and has no separate readiness endpoint; past its
     # --max-num-queued-reqs it answers 503 (so that load balancers retry elsewhere).
     Runtime("vllm", "vllm/vllm-openai:v0.32.0", _VLLM_METRICS, ready_path="/health",
             tensor_parallel_flag="--tensor-parallel-size", full_status=503,
-            quantizations=("auto", "awq", "gptq", "fp8"), quantization_flag="--quantization",
+            quantizations=("auto", "awq", "gptq", "compressed-tensors", "fp8"), quantization_flag="--quantization",
             quantization_note="vLLM loads no GGUF file and quantizes nothing to int8/int4 at load, runtime floodway "
                               "does both; it serves a checkpoint as it ships, so a float one takes auto",
             speculative_methods=("ngram", "draft_model")),
@@ -99,7 +98,9 @@ RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
     Runtime("llamacpp", "ghcr.io/ggml-org/llama.cpp:server", MetricNames(
         running=("llamacpp:requests_processing",), waiting=("llamacpp:requests_deferred",)),
         ready_path="/health", quantizations=("auto", "gguf"),
-        quantization_note="a GGUF file holds its own quantization: pick the file (Q8_0, Q4_K_M, ...)"),
+        quantization_note="a GGUF file holds its own quantization: pick the file (Q8_0, Q4_K_M, ...)",
+        # --spec-type ngram-simple: prompt lookup with one n-gram length (promptLookupMin) and k draft tokens
+        speculative_methods=("ngram",), speculative_fields=("method", "num_speculative_tokens", "prompt_lookup_min")),
 )}
 DEFAULT = "floodway"
 

@@ -8,6 +8,7 @@ requests share (a server's prefix cache cannot answer a whole prompt).
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from floodway.operator.stats import quantile
@@ -72,9 +73,10 @@ def chunk_tokens(chunk: dict) -> tuple[bool, int | None]:
     return text, usage.get("completion_tokens")
 
 
-async def _request(session, url: str, model: str, i: int, max_tokens: int) -> tuple[float, int, list[float]]:
+async def _request(session, url: str, model: str, i: int, max_tokens: int,
+                   messages: Callable[[int], list[dict]]) -> tuple[float, int, list[float]]:
     """(TTFT, tokens, the gaps between content chunks) of one streamed request."""
-    body = {"model": model, "messages": chat_messages(i), "max_tokens": max_tokens, "temperature": 0,
+    body = {"model": model, "messages": messages(i), "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     sent, first, chunks, usage, arrivals = time.perf_counter(), None, 0, None, []
     async with session.post(url + "/v1/chat/completions", json=body) as r:
@@ -94,14 +96,14 @@ async def _request(session, url: str, model: str, i: int, max_tokens: int) -> tu
 
 
 async def closed_loop(url: str, model: str, concurrency: int, num_requests: int, max_tokens: int,
-                      first_id: int = 0) -> LoadResult:
+                      first_id: int = 0, messages: Callable[[int], list[dict]] = chat_messages) -> LoadResult:
     import aiohttp
 
     result, queue = LoadResult(), iter(range(first_id, first_id + num_requests))
 
     async def client(session):
         for i in queue:  # one shared iterator: each request id is taken once
-            ttft, tokens, gaps = await _request(session, url, model, i, max_tokens)
+            ttft, tokens, gaps = await _request(session, url, model, i, max_tokens, messages)
             result.ttfts.append(ttft)
             result.itls.extend(gaps)
             result.tokens += tokens

@@ -3,6 +3,7 @@ llama-server with --workload chat) and `floodway bench serve`. Heavy imports sta
 
 import typer
 from floodway.engine.bench import serve_cli
+from floodway.engine.bench.speculative import NGRAM
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -22,8 +23,9 @@ def register(bench_app: typer.Typer) -> None:
         baselines: str | None = typer.Option(None, help="Comma list of baselines to run (default: sequential,"
                                                         "static,continuous; for chat: llamacpp,llamacpp-q4_1; "
                                                         "also vllm, llamacpp-q8_0, floodway-compile-decode, ours "
-                                                        "with that flag, and ours per weight format: floodway-fp32, "
-                                                        "-bf16, -q4_1, -q8_0, -int8, -int4)."),
+                                                        "with that flag, ours per weight format: floodway-fp32, "
+                                                        "-bf16, -q4_1, -q8_0, -int8, -int4, and with speculation: "
+                                                        "floodway-spec, llamacpp-lookup, llamacpp-q4_1-lookup)."),
         profile_out: str | None = typer.Option(None, help="Also write a JSON step-cost profile here."),
         traces: str | None = typer.Option(None, help="Traces folder (default: the vendored data/traces)."),
         threads: int = typer.Option(0, help="torch intra-op threads for every system (0: torch's default, all "
@@ -38,8 +40,10 @@ def register(bench_app: typer.Typer) -> None:
                                                        "each."),
         max_tokens: int = typer.Option(64, help="chat, spec, lora: new tokens per request."),
         lora_rank: int = typer.Option(16, help="lora: the adapters' rank (and the engine's --max-lora-rank)."),
-        speculative_config: str = typer.Option('{"method": "ngram", "num_speculative_tokens": 4}',
-                                               help="spec: the speculating engine's --speculative-config."),
+        speculative_config: str = typer.Option(NGRAM, help="spec: the speculating engine's --speculative-config "
+                                                           "(chat: floodway-spec's and the -lookup baselines')."),
+        prompts: str = typer.Option("chat", help="chat: the requests' messages: chat (short questions) or grounded "
+                                                 "(rewrite or repeat a given text or code, the spec workload's)."),
         llama_server: str | None = typer.Option(None, help="chat: llama-server binary (default: the one "
                                                            "e2e/llamacpp/build.sh builds and caches)."),
         vllm_python: str | None = typer.Option(None, help="chat: python of a vLLM CPU virtualenv for the vllm "
@@ -64,7 +68,8 @@ def register(bench_app: typer.Typer) -> None:
             from floodway.engine.bench.serving import run as run_served
 
             run_served(model, _names(baselines, "llamacpp,llamacpp-q4_1"), _counts(concurrency), threads, dtype,
-                       max_model_len, max_tokens, num_requests, llama_server, vllm_python)
+                       max_model_len, max_tokens, num_requests, llama_server, vllm_python, prompts,
+                       speculative_config)
             return
         from floodway.engine.bench.runner import run
 

@@ -1,8 +1,10 @@
 """The one-call GPU check (`e2e/gpu/check.sh`, issue #17): on seeded random models of real 0.5B-8B shapes (no
 download), greedy parity with transformers, decode tokens/s at several batch sizes against transformers' static
 batch `generate` and its continuous batching, batch-1 decode against the HBM-bandwidth bound, prefill against the
-FLOP bound, and the KV blocks the engine allocated. Needs only torch and transformers. `--cpu` runs the same path on
-tiny shapes in seconds, so it cannot rot. Exit status 1 on a parity failure (gpu_check_parity says what that is).
+FLOP bound, and the KV blocks the engine allocated; then, on one shape, the engine's features at each concurrency
+(gpu_check_features: quantized weights, speculative decoding, LoRA). Needs only torch and transformers (and the
+`gguf` package for the GGUF row). `--cpu` runs the same path on tiny shapes in seconds, so it cannot rot. Exit
+status 1 on a parity failure (gpu_check_parity says what that is) or a feature section that failed.
 """
 
 import argparse
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from floodway.engine.bench import gpu_check_features as features
 from floodway.engine.bench import gpu_check_parity as parity
 from floodway.engine.bench import gpu_check_speed as speed
 
@@ -32,6 +35,8 @@ SHAPES: dict[str, tuple[str, dict]] = {
     "llama-8b": ("llama", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                                num_attention_heads=32, num_key_value_heads=8, vocab_size=128256)),
     "tiny-llama": ("llama", {}),
+    # The tiny preset with an MLP width that int8/int4's groups of 32 divide (688 does not): the CPU's feature rows.
+    "tiny-llama-g32": ("llama", dict(intermediate_size=512)),
     "tiny-qwen2": ("qwen2", {}),
 }
 
@@ -51,12 +56,19 @@ class Profile:
     prefill_len: int
     copy_bytes: int
     matmul_n: int
+    features: str  # the shape of the feature rows ("none": no feature rows)
+    concurrency: tuple[int, ...]  # of the feature rows
+    feature_tokens: int  # new tokens per request of the feature rows
 
 
+# The feature rows on the 1B shape, 64 tokens per request and each bench's default request counts: estimated at
+# about two minutes of the check's time (six engines started, 16 adapters written, the Q4_1 file quantized on the
+# CPU); no GPU has run them yet.
 GPU = Profile("cuda", "bfloat16", ("qwen2-0.5b", "llama-1b", "llama-8b"), 8, 64, (16, 512), (1, 8, 32, 128), 64, 128,
-              16, 1024, 2 << 30, 8192)
+              16, 1024, 2 << 30, 8192, "llama-1b", (1, 8, 32), 64)
 # Seconds on a loaded 2-core machine: the path, not the figures.
-CPU = Profile("cpu", "float32", ("tiny-llama",), 3, 8, (8, 40), (1, 4), 8, 4, 2, 32, 64 << 20, 512)
+CPU = Profile("cpu", "float32", ("tiny-llama",), 3, 8, (8, 40), (1, 4), 8, 4, 2, 32, 64 << 20, 512, "tiny-llama-g32",
+              (1, 4), 8)
 
 
 @dataclass
@@ -199,6 +211,25 @@ def check_model(name: str, prof: Profile, device: torch.device, inject: bool) ->
     return rep
 
 
+def check_features(prof: Profile, device: torch.device) -> tuple[list[str], list[str]]:
+    """The feature rows on a seeded model of prof.features' shape: their markdown and the sections that failed."""
+    from floodway.engine.models.builtin import write_random_model
+
+    arch, overrides = SHAPES[prof.features]
+    dtype = features.dtype_for(prof.device, prof.dtype)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="floodway-gpu-check-") as tmp:
+        path = write_random_model(pathlib.Path(tmp) / prof.features, arch, seed=0, device=prof.device, dtype=dtype,
+                                  **overrides)
+        title = f"Engine features on {prof.features} ({describe(path)}), {dtype}"
+        say("", f"== {title}")
+        lines, failed = features.run(path, prof.device, dtype, prof.concurrency, prof.feature_tokens,
+                                     pathlib.Path(tmp), say)
+    free(device)
+    say(f"  ({time.perf_counter() - started:.0f} s for the feature rows)")
+    return ["", f"## {title}", *lines], failed
+
+
 def describe(path: str) -> str:
     import json
 
@@ -259,6 +290,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cpu", action="store_true", help="tiny shapes on the CPU in float32 (the dry run make test does)")
     p.add_argument("--models", help=f"comma-separated, from {', '.join(SHAPES)}")
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="the run dtype")
+    p.add_argument("--features", help=f"the shape of the feature rows (quantized weights, speculative decoding, "
+                                      f"LoRA), from {', '.join(SHAPES)}; none: no feature rows")
     p.add_argument("--out", help="also write the README tables to this file")
     p.add_argument("--inject-mismatch", action="store_true",
                    help="self-test: bias our first parity prompt toward one token; the check must then fail")
@@ -269,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     prof = CPU if args.cpu else GPU
     prof = dataclasses.replace(prof, **{k: v for k, v in dict(
-        dtype=args.dtype, models=tuple(args.models.split(",")) if args.models else None).items() if v})
-    unknown = [m for m in prof.models if m not in SHAPES]
+        dtype=args.dtype, models=tuple(args.models.split(",")) if args.models else None,
+        features=args.features).items() if v})
+    unknown = [m for m in (*prof.models, prof.features) if m not in SHAPES and m != "none"]
     if unknown:
         say(f"unknown model(s) {unknown}; choose from {list(SHAPES)}")
         return 2
@@ -295,13 +329,24 @@ def main(argv: list[str] | None = None) -> int:
         f"seconds (prefill included); engine {engine_kwargs(prof)}, otherwise its defaults")
     reports = [check_model(m, prof, device, args.inject_mismatch) for m in prof.models]
     tables = readme_tables(reports, bounds, prof, title)
+    write_out(args.out, tables)  # already, so a run cut short in the feature rows keeps these
+    failed_features: list[str] = []
+    if prof.features != "none":
+        lines, failed_features = check_features(prof, device)
+        tables += lines
+        write_out(args.out, tables)
     say("", "## README table", *tables)
-    if args.out:
-        pathlib.Path(args.out).write_text("\n".join(tables) + "\n")
     failed = [r.name for r in reports if not all(x.ok for x in r.parity_rows)]
     say("", f"{time.perf_counter() - started:.0f} s in all",
-        f"PARITY FAILURE: {', '.join(failed)}" if failed else "parity: every prompt ok")
-    return 1 if failed else 0
+        f"PARITY FAILURE: {', '.join(failed)}" if failed else "parity: every prompt ok",
+        f"FEATURE FAILURE: {', '.join(failed_features)}" if failed_features else
+        f"features: {'none run' if prof.features == 'none' else 'every section ran'}")
+    return 1 if failed or failed_features else 0
+
+
+def write_out(out: str | None, tables: list[str]) -> None:
+    if out:
+        pathlib.Path(out).write_text("\n".join(tables) + "\n")
 
 
 if __name__ == "__main__":

@@ -80,14 +80,15 @@ def smollm2_gguf(kind: str) -> str:
 
 
 def server_argv(binary: str, gguf: str, name: str, port: int, slots: int, max_model_len: int, threads: int,
-                max_batch_tokens: int) -> list[str]:
-    """llama-server's command line as the operator renders it for `runtime: llamacpp`, plus the thread count."""
+                max_batch_tokens: int, speculative: dict | None = None) -> list[str]:
+    """llama-server's command line as the operator renders it for `runtime: llamacpp` (with engine.speculative
+    where given, in --speculative-config's keys), plus the thread count."""
     from floodway.operator.render.engine import engine_args
     from floodway.operator.spec import InferenceServiceSpec
 
     spec = InferenceServiceSpec.model_validate({
         "model": gguf, "servedModelName": name, "resources": {"gpus": 0},
         "engine": {"runtime": "llamacpp", "maxModelLen": max_model_len, "maxNumSeqs": slots,
-                   "maxNumBatchedTokens": max_batch_tokens,
+                   "maxNumBatchedTokens": max_batch_tokens, "speculative": speculative,
                    "extraArgs": ["--threads", str(threads), "--threads-batch", str(threads)] if threads else []}})
     return [binary, *engine_args(spec, "127.0.0.1", port)]

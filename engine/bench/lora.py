@@ -74,50 +74,60 @@ def load_times(engine, paths: list[str]) -> tuple[float, float]:
     return sorted(reads)[len(reads) // 2], sorted(copies)[len(copies) // 2]
 
 
+def compare(plain, lora, rank: int, concurrency: list[int], max_tokens: int, num_requests: int | None, echo,
+            counts: tuple[int, ...] = ADAPTER_COUNTS) -> None:
+    """Writes max(counts) random adapters of `rank` for the LoRA engine (its --max-loras at least that many), times
+    their load and echoes the table, row by row as measured: at each concurrency the base model on both engines
+    and requests spread over each count of adapters."""
+    from floodway.engine.bench.speculative import prompts
+    from floodway.engine.lora.peft_format import geometry_of
+
+    n_adapters = max(counts)
+    with tempfile.TemporaryDirectory(prefix="floodway-bench-lora-") as tmp:  # read again if the CPU cache evicts
+        paths = [write_adapter(pathlib.Path(tmp) / f"a{i}", geometry_of(lora.runner.model), rank, i)
+                 for i in range(n_adapters)]
+        read_s, copy_s = load_times(lora, paths)
+        for i, path in enumerate(paths):
+            lora.lora.load(f"a{i}", path)
+        echo(f"adapters of rank {rank} on q/k/v/o/gate/up/down; greedy, {max_tokens} new tokens per request; "
+             f"requests per cell: {num_requests or 'max(8, 2 x concurrency)'}")
+        echo(f"adapter load from disk (read + check + slot layout): {read_s * 1000:.1f} ms; copy into a slot: "
+             f"{copy_s * 1000:.1f} ms (median of {n_adapters})")
+        warm = prompts(plain.tokenizer, "chat", 4)
+        run_once(plain, warm, [None], 4, 8, "warm")
+        run_once(lora, warm, [f"a{i}" for i in range(n_adapters)], 4, 8, "warm")
+        echo("| concurrency | rows | tok/s | x base (no LoRA engine) |\n|---|---|---|---|")
+        for c in concurrency:
+            reqs = prompts(plain.tokenizer, "chat", num_requests or max(8, 2 * c))
+            base = run_once(plain, reqs, [None], c, max_tokens, f"plain{c}")
+            echo(f"| {c} | base, engine without LoRA | {base:,.1f} | 1.00x |")
+            rows = [("base, LoRA engine", [None])] + [(f"{k} adapter{'s' if k > 1 else ''} uniformly",
+                                                      [f"a{i}" for i in range(k)]) for k in counts]
+            for label, loras in rows:
+                tps = run_once(lora, reqs, loras, c, max_tokens, f"{label[:6]}{c}")
+                echo(f"| {c} | {label} | {tps:,.1f} | {tps / base:.2f}x |")
+
+
 def run(model: str, rank: int, concurrency: list[int], threads: int, dtype: str, max_model_len: int,
         max_tokens: int, num_requests: int | None) -> None:
     import torch
     import typer
-    from floodway.engine.bench.speculative import prompts
     from floodway.engine.config import EngineConfig
     from floodway.engine.llm_engine import LLMEngine
-    from floodway.engine.lora.peft_format import geometry_of
     from floodway.engine.models.builtin import resolve_model
 
     if threads:
         torch.set_num_threads(threads)
-    n_adapters = max(ADAPTER_COUNTS)
     # No prefix caching: every row runs the same prompts, and an adapter's second row would hit its first's blocks.
     settings = dict(model=resolve_model(model), served_model_name=model, max_model_len=max_model_len, dtype=dtype,
                     max_num_seqs=max(concurrency), enable_prefix_caching=False)
     try:
-        configs = [EngineConfig(**settings), EngineConfig(**settings, enable_lora=True, max_loras=n_adapters,
+        configs = [EngineConfig(**settings), EngineConfig(**settings, enable_lora=True, max_loras=max(ADAPTER_COUNTS),
                                                           max_lora_rank=rank)]
         for cfg in configs:
             cfg.validate()
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     plain, lora = (LLMEngine(cfg) for cfg in configs)
-    folder = pathlib.Path(tempfile.mkdtemp(prefix="floodway-bench-lora-"))
-    paths = [write_adapter(folder / f"a{i}", geometry_of(lora.runner.model), rank, i) for i in range(n_adapters)]
-    read_s, copy_s = load_times(lora, paths)
-    for i, path in enumerate(paths):
-        lora.lora.load(f"a{i}", path)
-    typer.echo(f"model {model}; {torch.get_num_threads()} threads, {plain.runner.device}, {plain.runner.dtype}; "
-               f"adapters of rank {rank} on q/k/v/o/gate/up/down; greedy, {max_tokens} new tokens per request; "
-               f"requests per cell: {num_requests or 'max(8, 2 x concurrency)'}")
-    typer.echo(f"adapter load from disk (read + check + slot layout): {read_s * 1000:.1f} ms; copy into a slot: "
-               f"{copy_s * 1000:.1f} ms (median of {n_adapters})")
-    warm = prompts(plain.tokenizer, "chat", 4)
-    run_once(plain, warm, [None], 4, 8, "warm")
-    run_once(lora, warm, [f"a{i}" for i in range(n_adapters)], 4, 8, "warm")
-    typer.echo("| concurrency | rows | tok/s | x base (no LoRA engine) |\n|---|---|---|---|")
-    for c in concurrency:
-        reqs = prompts(plain.tokenizer, "chat", num_requests or max(8, 2 * c))
-        base = run_once(plain, reqs, [None], c, max_tokens, f"plain{c}")
-        typer.echo(f"| {c} | base, engine without LoRA | {base:,.1f} | 1.00x |")
-        rows = [("base, LoRA engine", [None])] + [(f"{k} adapter{'s' if k > 1 else ''} uniformly",
-                                                  [f"a{i}" for i in range(k)]) for k in ADAPTER_COUNTS]
-        for label, loras in rows:
-            tps = run_once(lora, reqs, loras, c, max_tokens, f"{label[:6]}{c}")
-            typer.echo(f"| {c} | {label} | {tps:,.1f} | {tps / base:.2f}x |")
+    typer.echo(f"model {model}; {torch.get_num_threads()} threads, {plain.runner.device}, {plain.runner.dtype}")
+    compare(plain, lora, rank, concurrency, max_tokens, num_requests, typer.echo)

@@ -9,34 +9,44 @@ streaming: what serving adds to the steps).
 """
 
 import asyncio
+import functools
+import json
 import os
 import tempfile
 import time
 
 import typer
 from floodway.engine.bench import llamacpp, vllm
-from floodway.engine.bench.chat_load import LoadResult, closed_loop
+from floodway.engine.bench.chat_load import LoadResult, chat_messages, closed_loop
+from floodway.engine.bench.speculative import NGRAM, messages
 from floodway.engine.models.smollm2 import NAME
 from floodway.operator import procs
 
 SERVED = "bench-model"
-BASELINES = {"llamacpp": "BF16", "llamacpp-q4_1": "Q4_1", "llamacpp-q8_0": "Q8_0"}  # name -> which SmolLM2 GGUF
-# Our engine with these flags, beside the default one; each weight format (--quantization) is one.
-VARIANTS = {"floodway-compile-decode": lambda: ["--compile-decode"],
-            "floodway-fp32": lambda: ["--dtype", "float32", "--quantization", "none"],
-            "floodway-bf16": lambda: ["--dtype", "bfloat16", "--quantization", "none"],
-            "floodway-q4_1": lambda: ["--dtype", "bfloat16", "--quantization", "gguf"],
-            "floodway-q8_0": lambda: ["--model", llamacpp.smollm2_gguf("Q8_0"), "--tokenizer", NAME, "--dtype",
-                                      "bfloat16"],
-            "floodway-int8": lambda: ["--dtype", "bfloat16", "--quantization", "int8"],
-            "floodway-int4": lambda: ["--dtype", "bfloat16", "--quantization", "int4"]}
+# name -> which SmolLM2 GGUF llama-server serves; "-lookup": with its prompt-lookup decoding on, from the same
+# --speculative-config as floodway-spec (the operator's rendering of engine.speculative for runtime llamacpp).
+BASELINES = {"llamacpp": "BF16", "llamacpp-q4_1": "Q4_1", "llamacpp-q8_0": "Q8_0", "llamacpp-lookup": "BF16",
+             "llamacpp-q4_1-lookup": "Q4_1"}
+# Our engine with these flags (given the --speculative-config), beside the default one; each weight format
+# (--quantization) is one.
+VARIANTS = {"floodway-compile-decode": lambda _: ["--compile-decode"],
+            "floodway-fp32": lambda _: ["--dtype", "float32", "--quantization", "none"],
+            "floodway-bf16": lambda _: ["--dtype", "bfloat16", "--quantization", "none"],
+            "floodway-q4_1": lambda _: ["--dtype", "bfloat16", "--quantization", "gguf"],
+            "floodway-q8_0": lambda _: ["--model", llamacpp.smollm2_gguf("Q8_0"), "--tokenizer", NAME, "--dtype",
+                                        "bfloat16"],
+            "floodway-int8": lambda _: ["--dtype", "bfloat16", "--quantization", "int8"],
+            "floodway-int4": lambda _: ["--dtype", "bfloat16", "--quantization", "int4"],
+            "floodway-spec": lambda speculative: ["--speculative-config", speculative]}
+PROMPTS = {"chat": chat_messages, "grounded": functools.partial(messages, "grounded")}
 VLLM = "vllm"  # vLLM's CPU build (e2e/vllm/build.sh) on our engine's folder of weights
 BATCH_TOKENS = 2048  # each server's token budget per step (our engine's default)
 
 
 def start_servers(servers: list[tuple[str, procs.Proc]], model: str, baselines: list[str], slots: int, threads: int,
            dtype: str, max_model_len: int, llama_server: str | None, logs: str,
-           ready_s: dict[str, float] | None = None, vllm_python: str | None = None) -> None:
+           ready_s: dict[str, float] | None = None, vllm_python: str | None = None,
+           speculative_config: str = NGRAM) -> None:
     """Starts each server and appends it to `servers` as soon as it runs (so a later failure still stops it);
     `ready_s` gets each one's seconds from its start to ready."""
     env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
@@ -49,7 +59,8 @@ def start_servers(servers: list[tuple[str, procs.Proc]], model: str, baselines: 
                                           log_path=f"{logs}/{log or name.replace(' ', '-')}.log")))
         ready_s[name] = time.perf_counter() - began
 
-    for name, extra in [("floodway engine", []), *((v, VARIANTS[v]()) for v in baselines if v in VARIANTS)]:
+    for name, extra in [("floodway engine", []),
+                        *((v, VARIANTS[v](speculative_config)) for v in baselines if v in VARIANTS)]:
         port = procs.free_port()
         ours = procs.FLOODWAY_ARGV + ["engine", "--model", model, "--served-model-name", SERVED, "--dtype", dtype,
                                       "--max-num-seqs", str(slots), "--max-model-len", str(max_model_len),
@@ -61,9 +72,11 @@ def start_servers(servers: list[tuple[str, procs.Proc]], model: str, baselines: 
         binary = llamacpp.server_binary(llama_server)
         for name in llama:
             port = procs.free_port()
+            lookup = json.loads(speculative_config) if name.endswith("-lookup") else None
             argv = llamacpp.server_argv(binary, llamacpp.smollm2_gguf(BASELINES[name]), SERVED, port, slots,
-                                        max_model_len, threads, BATCH_TOKENS)
-            add(f"llama-server {BASELINES[name].lower()}", argv, port, "/health", 300, log=name)
+                                        max_model_len, threads, BATCH_TOKENS, lookup)
+            add(f"llama-server {BASELINES[name].lower()}{' lookup' if lookup else ''}", argv, port, "/health", 300,
+                log=name)
     if VLLM in baselines:
         port = procs.free_port()
         spec = vllm.spec(model, SERVED, dtype, slots, max_model_len, BATCH_TOKENS)
@@ -127,11 +140,14 @@ def busiest_and_others(before: dict[str, float], after: dict[str, float]) -> tup
 
 
 def run(model: str, baselines: list[str], concurrencies: list[int], threads: int, dtype: str, max_model_len: int,
-        max_tokens: int, num_requests: int | None, llama_server: str | None, vllm_python: str | None = None) -> None:
+        max_tokens: int, num_requests: int | None, llama_server: str | None, vllm_python: str | None = None,
+        prompts: str = "chat", speculative_config: str = NGRAM) -> None:
     unknown = [b for b in baselines if b not in BASELINES and b not in VARIANTS and b != VLLM]
     if unknown:
         raise typer.BadParameter(f"unknown baseline(s) {unknown} for the chat workload; choose from "
                                  f"{[*BASELINES, *VARIANTS, VLLM]}")
+    if prompts not in PROMPTS:
+        raise typer.BadParameter(f"unknown prompts {prompts!r}; choose from {list(PROMPTS)}")
     from floodway.engine.models.smollm2 import NAME
 
     if any(b in BASELINES for b in baselines) and model != NAME:
@@ -147,7 +163,7 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
         servers: list[tuple[str, procs.Proc]] = []
         try:
             start_servers(servers, model, baselines, max(concurrencies), threads, dtype, max_model_len, llama_server,
-                          logs, ready_s, vllm_python)
+                          logs, ready_s, vllm_python, speculative_config)
             for _, proc in servers:  # warm-up: first-request costs (and batch 1's and 2's compiles) stay out
                 for c in (1, 2):
                     asyncio.run(closed_loop(proc.url, SERVED, c, 2, 8, first_id=10**6 + 10 * c))
@@ -156,7 +172,8 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
                 n = num_requests or max(8, 4 * c)
                 for name, proc in servers:
                     per_thread = thread_cpu_seconds(proc.pid)
-                    result = asyncio.run(closed_loop(proc.url, SERVED, c, n, max_tokens, first_id=first))
+                    result = asyncio.run(closed_loop(proc.url, SERVED, c, n, max_tokens, first_id=first,
+                                                     messages=PROMPTS[prompts]))
                     result.thread_cpu_seconds = busiest_and_others(per_thread, thread_cpu_seconds(proc.pid))
                     result.cpu_seconds = sum(result.thread_cpu_seconds) if result.thread_cpu_seconds else None
                     rows.append((c, name, result))
@@ -166,15 +183,16 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
         finally:
             for _, proc in servers:
                 proc.stop(grace_s=10)
-    typer.echo(render(model, dtype, threads, max_tokens, rows, ready_s, peak_rss))
+    typer.echo(render(model, dtype, threads, max_tokens, rows, ready_s, peak_rss, prompts))
 
 
 def render(model: str, dtype: str, threads: int, max_tokens: int, rows: list[tuple[int, str, LoadResult]],
-           ready_s: dict[str, float] | None = None, peak_rss: dict[str, int] | None = None) -> str:
+           ready_s: dict[str, float] | None = None, peak_rss: dict[str, int] | None = None,
+           prompts: str = "chat") -> str:
     """A markdown table, each concurrency's systems side by side with ours over each, then each server's seconds
     from start to ready and peak resident memory (pure)."""
-    lines = [f"model: {model} ({dtype} in our engine), {threads or 'default'} thread(s) per server, chat requests "
-             f"of {max_tokens} new tokens, closed loop", "",
+    lines = [f"model: {model} ({dtype} in our engine), {threads or 'default'} thread(s) per server, {prompts} "
+             f"requests of {max_tokens} new tokens, closed loop", "",
              "| concurrency | system | output tok/s | floodway x | TTFT p50 ms | floodway TTFT x | TTFT p99 ms "
              "| tok/CPU-s | CPU ms/tok: busiest thread + others | requests | seconds | ITL p50 ms | ITL p99 ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from floodway.engine.bench.systems import Clock
 from floodway.engine.sampling_params import SamplingParams
 
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 4}'  # the benches' --speculative-config
+
 CODE = [
     "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(values)\n",
     "def is_even(n):\n    if n % 2 == 0:\n        return True\n    return False\n\n\ndef count_even(items):\n"
@@ -51,19 +53,21 @@ CHAT = [
 ]
 
 
+def messages(workload: str, i: int) -> list[dict]:
+    """Request i of the workload (grounded or chat) as chat messages, cycling through its templates."""
+    if workload == "grounded":
+        template = GROUNDED[i % len(GROUNDED)]
+        text = template.format(name=f"compute_{i}", code=CODE[(i // len(GROUNDED)) % len(CODE)],
+                               text=TEXT[(i // len(GROUNDED)) % len(TEXT)])
+    else:
+        text = CHAT[i % len(CHAT)] + ("" if i < len(CHAT) else f" (version {i // len(CHAT) + 1})")
+    return [{"role": "user", "content": text}]
+
+
 def prompts(tokenizer, workload: str, n: int) -> list[list[int]]:
-    """n chat-templated prompts of the workload (grounded or chat), cycling through its templates."""
-    out = []
-    for i in range(n):
-        if workload == "grounded":
-            template = GROUNDED[i % len(GROUNDED)]
-            text = template.format(name=f"compute_{i}", code=CODE[(i // len(GROUNDED)) % len(CODE)],
-                                   text=TEXT[(i // len(GROUNDED)) % len(TEXT)])
-        else:
-            text = CHAT[i % len(CHAT)] + ("" if i < len(CHAT) else f" (version {i // len(CHAT) + 1})")
-        out.append(list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                                      tokenize=True, return_dict=True)["input_ids"]))
-    return out
+    """The workload's first n requests, chat-templated."""
+    return [list(tokenizer.apply_chat_template(messages(workload, i), add_generation_prompt=True, tokenize=True,
+                                               return_dict=True)["input_ids"]) for i in range(n)]
 
 
 @dataclass

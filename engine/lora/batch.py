@@ -58,9 +58,14 @@ class DeviceBatch:
     dest: torch.Tensor | None  # [n] where each of `rows` sits in the padded layout
     num_slots: int
     per_slot: int
+    kernel: object = None  # CUDA: kernels.lora_matmul.Segments, which the Triton kernels take instead of the above
 
 
 def to_device(p: Plan, device) -> DeviceBatch:
+    if torch.device(device).type == "cuda":  # imported only here: a CPU engine never imports triton
+        from floodway.engine.kernels import lora_matmul
+
+        return DeviceBatch([], None, None, None, 0, 0, lora_matmul.Segments.of(p, device))
     if not p.rows:
         return DeviceBatch(p.runs, None, None, None, 0, 0)
     gather = [0] * (p.num_slots * p.per_slot)

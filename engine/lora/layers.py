@@ -28,13 +28,16 @@ class LoRALinear(nn.Module):
     def kernel(self) -> str:
         from floodway.engine.quant.linear import kernel_of
 
-        return f"{kernel_of(self.base)} + LoRA (rank-padded bmm over {self.lora_a.shape[0]} slots)"
+        how = "Triton segment matmul" if self.lora_a.is_cuda else "rank-padded bmm"
+        return f"{kernel_of(self.base)} + LoRA ({how} over {self.lora_a.shape[0]} slots)"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
         b = self.step.batch
         if b is None:
             return y
+        if b.kernel is not None:  # CUDA: the Triton kernels, all slots in one launch each
+            return b.kernel.add(y, x, self.lora_a, self.lora_b, self.scale)
         for slot, start, end in b.runs:
             d = torch.mm(torch.mm(x[start:end], self.lora_a[slot]), self.lora_b[slot])
             y[start:end] += d.mul_(self.scale[slot])

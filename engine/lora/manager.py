@@ -1,9 +1,14 @@
 """The engine's LoRA side: attaches the slot stacks to our decoder (runner), resolves request adapters, keeps their
 weights in the CPU cache and the step's adapters resident (engine thread)."""
 
-from floodway.engine.lora import batch, config, layers, peft_format
+import logging
+from dataclasses import dataclass
+
+from floodway.engine.lora import batch, config, hub, layers, peft_format
 from floodway.engine.lora.registry import Adapter, CpuCache, DuplicateAdapter, Registry, UnknownAdapter
 from floodway.engine.lora.residency import Residency
+
+log = logging.getLogger("floodway.engine")
 
 
 def attach(model, cfg, device, dtype) -> layers.Slots:
@@ -22,14 +27,30 @@ def step_batch(seqs, order: list[int], device) -> batch.DeviceBatch | None:
     return None if p is None else batch.to_device(p, device)
 
 
+@dataclass(frozen=True)
+class FailedAdapter:
+    """A --lora-modules adapter that did not load at startup, and why (the reason the load endpoint would give)."""
+
+    name: str
+    path: str
+    reason: str
+
+
 class LoRAManager:
     def __init__(self, cfg, slots: layers.Slots):
         self.slots, self.max_rank, self.max_loras = slots, cfg.max_lora_rank, cfg.max_loras
         self.registry = Registry()
         self.cache = CpuCache(config.cpu_capacity(cfg), self.read)
         self.residency = Residency(cfg.max_loras)
+        # One bad adapter must not take the base model and the other adapters down with it: it is left out, logged,
+        # and listed here (/debug/engine) until a load of that name succeeds.
+        self.failed: dict[str, FailedAdapter] = {}
         for name, path in config.parse_modules(cfg.lora_modules).items():
-            self.load(name, path)
+            try:
+                self.load(name, path)
+            except ValueError as e:  # a LoRAError: what /v1/load_lora_adapter would refuse, in the same words
+                self.failed[name] = FailedAdapter(name, path, str(e))
+                log.warning("LoRA adapter %r failed to load, serving without it: %s", name, e)
 
     def read(self, path: str) -> peft_format.AdapterWeights:
         return peft_format.load(path, self.slots.geometry, self.max_rank, self.slots.dtype)
@@ -39,9 +60,11 @@ class LoRAManager:
         config.check_name(name)
         if self.registry.get(name) is not None:
             raise DuplicateAdapter(f"The lora adapter '{name}' has already been loaded.")
+        path = hub.local_folder(path)
         weights = self.read(path)
         adapter = self.registry.add(name, path)
         self.cache.put(adapter, weights)
+        self.failed.pop(name, None)
         return adapter
 
     def unload(self, name: str) -> Adapter:

@@ -72,6 +72,8 @@ def read_config(path: str, max_rank: int) -> dict:
         cfg = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise LoRAError(f"{file} is not valid JSON: {e}") from None
+    except OSError as e:  # e.g. a volume whose files this process's user may not read
+        raise LoRAError(f"{file} could not be read: {e}") from None
     if not isinstance(cfg, dict):
         raise LoRAError(f"{file} must hold a JSON object")
     if cfg.get("peft_type", "LORA") != "LORA":

@@ -10,46 +10,72 @@ refused rather than served slowly. int8 codes are split into their high and low 
 side along the input (x repeated), which keeps int8's group-wise scales exact in one call; torch's own int8 kernel
 (`_weight_int8pack_mm`) takes one scale per output row only, so it cannot hold Q8_0. CUDA: our Triton kernel
 (`kernels/quant_matmul.py`) dequantizes each tile in the GEMM.
+
+Groups: a checkpoint's group (or one group per row) is served as the largest of CPU_GROUPS dividing it, its scales
+repeated (exact). Act-order weights (`QuantWeight.perm`) gather their input columns first. FP8 E4M3 is served on
+CUDA only: no CPU kernel multiplies FP8 weights by bf16/fp32 activations (torch's _scaled_mm on CPU wants FP8
+activations too, which changes the numbers, and ran 80x slower than a bf16 matmul), and converting the weights per
+step measured 8x (a 256-entry table) to 50x (torch's cast) a bf16 matmul at SmolLM2's decode shapes, one thread:
+slower than float weights, which is no reason to quantize. So FP8 on CPU is refused, naming int8 (one byte per
+weight, on the packed kernel) and a GPU.
 """
 
 import torch
+from floodway.engine.quant import weights
+from floodway.engine.quant.formats import Unsupported
 from floodway.engine.quant.weights import QuantWeight
 from torch import nn
 
 CPU_GROUPS = (32, 64, 128, 256)  # the groups the CPU int4 kernel takes
+NO_QUANTIZATION = "--quantization none"
 
 
-class Unsupported(ValueError):  # a ValueError: the CLIs report it as a bad setting, without a traceback
-    pass
+def served_group(group: int) -> int | None:
+    """The group a weight grouped by `group` columns is served with (pure): the largest of CPU_GROUPS dividing it."""
+    return next((g for g in reversed(CPU_GROUPS) if group % g == 0), None)
 
 
-def check(name: str, bits: int, group: int, device: torch.device, dtype: torch.dtype) -> None:
-    """Raises Unsupported naming the format and the alternative where no kernel here serves it (pure)."""
+def check(name: str, bits: int, group: int | None, device: torch.device, dtype: torch.dtype, e4m3: bool = False,
+          alternative: str = NO_QUANTIZATION) -> None:
+    """Raises Unsupported naming the format and the alternative where no kernel here serves it (pure). group None:
+    one group per row, whose width the checkpoint's shapes tell later."""
     if device.type == "cpu":
+        if e4m3:
+            raise Unsupported(f"{name} weights have no CPU kernel here (converting FP8 per step measured 8-50x a bf16 "
+                              f"matmul, slower than float weights): serve them on a GPU (our Triton kernel), or "
+                              f"quantize a float checkpoint with --quantization int8 (one byte per weight, on a "
+                              f"CPU kernel)")
         if dtype != torch.bfloat16:
             raise Unsupported(f"{name} weights on CPU compute in bfloat16 (torch's packed int4 kernel has no fast "
                               f"{str(dtype).removeprefix('torch.')} path): use --dtype bfloat16 (or auto), or "
-                              f"--quantization none for float weights")
-        if group not in CPU_GROUPS:
-            raise Unsupported(f"{name} has groups of {group} columns; the CPU int4 kernel takes {CPU_GROUPS}: use "
-                              f"--quantization none")
+                              f"{alternative}")
     elif device.type == "cuda":
         from floodway.engine import attention
 
         if not attention.KERNELS_AVAILABLE:
             raise Unsupported(f"{name} weights on CUDA need triton (our dequantizing GEMM), which is not installed: "
-                              f"install triton, or use --quantization none")
+                              f"install triton, or use {alternative}")
     else:
-        raise Unsupported(f"no {name} kernel on {device.type}: use --quantization none")
+        raise Unsupported(f"no {name} kernel on {device.type}: use {alternative}")
+    if group is not None and served_group(group) is None:
+        raise Unsupported(f"{name} has groups of {group} columns; our kernels take groups of {CPU_GROUPS} columns "
+                          f"or multiples of them: use {alternative}")
     if bits not in (4, 8):
-        raise Unsupported(f"{name}: {bits}-bit codes have no kernel here (4 and 8 do)")
+        raise Unsupported(f"{name}: {bits}-bit codes have no kernel here (4 and 8 do): use {alternative}")
 
 
 def make(w: QuantWeight, bias: torch.Tensor | None, device: torch.device, dtype: torch.dtype) -> nn.Module:
-    check(w.name, w.bits, w.group, device, dtype)
+    check(w.name, w.bits, w.group, device, dtype, w.e4m3)
+    if served_group(w.group) != w.group:
+        w = weights.regroup(w, served_group(w.group))
     if device.type == "cpu":
         return CpuInt4Linear(w, bias, dtype) if w.bits == 4 else CpuInt8Linear(w, bias, dtype)
     return TritonLinear(w, bias, device, dtype)
+
+
+def _inputs(x: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
+    """x's columns in the order the codes hold them (act-order weights)."""
+    return x if perm is None else x.index_select(-1, perm)
 
 
 def kernel_of(module: nn.Module) -> str:
@@ -71,7 +97,7 @@ class _CpuLinear(nn.Module):
     def __init__(self, w: QuantWeight, bias: torch.Tensor | None, dtype: torch.dtype):
         super().__init__()
         self.out_features, self.in_features = w.shape
-        self.group = w.group
+        self.group, self.perm = w.group, w.perm
         self.bias = None if bias is None else bias.detach().to(dtype)
         self.kernel = f"aten._weight_int4pack_mm_for_cpu ({w.name}, group {w.group}{self.KERNEL_NOTE})"
 
@@ -89,7 +115,7 @@ class CpuInt4Linear(_CpuLinear):
         self.packed, self.scale_zero = _tinygemm(w.codes, w.scales, w.mins + 8 * w.scales, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._mm(x)
+        return self._mm(_inputs(x, self.perm))
 
 
 class CpuInt8Linear(_CpuLinear):
@@ -104,6 +130,7 @@ class CpuInt8Linear(_CpuLinear):
                                                  dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = _inputs(x, self.perm)
         return self._mm(torch.cat([x, x], -1))
 
 
@@ -113,16 +140,18 @@ class TritonLinear(nn.Module):
 
         super().__init__()
         self.out_features, self.in_features = w.shape
-        self.bits, self.group = w.bits, w.group
+        self.bits, self.group, self.e4m3 = w.bits, w.group, w.e4m3
         self.codes = quant_matmul.pack_codes(w.codes, w.bits).to(device)
         self.scales, self.mins = w.scales.to(device), w.mins.to(device)
+        self.perm = None if w.perm is None else w.perm.to(device)
         self.bias = None if bias is None else bias.detach().to(device, dtype)
         self.kernel = f"triton dequantizing GEMM ({w.name}, group {w.group})"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from floodway.engine.kernels import quant_matmul
 
-        return quant_matmul.matmul(x, self.codes, self.scales, self.mins, self.bits, self.group, self.bias)
+        return quant_matmul.matmul(_inputs(x, self.perm), self.codes, self.scales, self.mins, self.bits, self.group,
+                                   self.bias, self.e4m3)
 
 
 class QuantEmbedding(nn.Module):

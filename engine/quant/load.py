@@ -1,10 +1,12 @@
 """Which weights a model is served with (`--quantization`), and filling our decoder's linears with them.
 
-auto: the checkpoint's own (a .gguf file's types; the built-in SmolLM2's shipped Q4_1 GGUF), float otherwise; none:
-float weights (SmolLM2: its float32 folder); gguf: the GGUF file as it ships; int8/int4: round-to-nearest
-group-wise at load of a float checkpoint. Quantized weights live only in our decoder's linears (merged q/k/v,
-o_proj, merged gate/up, down_proj; the head too where the GGUF file quantizes it), so they need it: transformers'
-modules are refused rather than served in float.
+auto: the checkpoint's own (a .gguf file's types; the built-in SmolLM2's shipped Q4_1 GGUF; a Hugging Face
+checkpoint's quantization_config), float otherwise; none: float weights (SmolLM2: its float32 folder); gguf: the
+GGUF file as it ships; awq, gptq, compressed-tensors, fp8: such a checkpoint as it ships (formats.py; fp8 on a float
+checkpoint quantizes it at load, as vLLM does); int8/int4: round-to-nearest group-wise at load of a float
+checkpoint. Quantized weights live only in our decoder's linears (merged q/k/v, o_proj, merged gate/up, down_proj;
+the head too where the file quantizes it), so they need it: transformers' modules are refused rather than served
+in float.
 """
 
 import json
@@ -14,12 +16,14 @@ from dataclasses import dataclass
 
 import torch
 from floodway.engine.models import smollm2
-from floodway.engine.quant import linear, weights
+from floodway.engine.quant import formats, linear, weights
+from floodway.engine.quant.formats import METHODS
 from torch import nn
 
 log = logging.getLogger("floodway.engine")
 
-METHODS = ("auto", "none", "gguf", "int8", "int4")
+# Quantized at load of a float checkpoint: method -> the quantizer.
+AT_LOAD = {"int8": lambda w: weights.rtn(w, 8), "int4": lambda w: weights.rtn(w, 4), "fp8": weights.fp8}
 # Our decoder's linears: attribute -> the Hugging Face projections it stacks.
 SLOTS = {"qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "o_proj": ("self_attn.o_proj",),
          "gate_up": ("mlp.gate_proj", "mlp.up_proj"), "down_proj": ("mlp.down_proj",)}
@@ -27,8 +31,19 @@ SLOTS = {"qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "o
 
 @dataclass(frozen=True)
 class Plan:
-    method: str  # none, gguf, int8 or int4
+    method: str  # none, gguf, int8, int4, or a checkpoint's (awq, gptq, compressed-tensors, fp8)
     gguf_file: str | None = None
+    scheme: formats.Scheme | None = None  # a quantized Hugging Face checkpoint's
+
+    @property
+    def from_file(self) -> bool:
+        """The quantized weights are read as stored (a GGUF file, a quantized checkpoint), not quantized at load."""
+        return self.gguf_file is not None or self.scheme is not None
+
+    @property
+    def alternative(self) -> str:
+        """What to do where this plan cannot be served: a quantized checkpoint has no float weights to fall to."""
+        return f"serve it with {formats.ELSEWHERE}" if self.scheme else f"use {linear.NO_QUANTIZATION}"
 
     def dtype_name(self, dtype: str, device: torch.device) -> str:
         """auto means bfloat16 for quantized weights on CPU: the only dtype their kernels serve there."""
@@ -36,7 +51,12 @@ class Plan:
 
     def check(self, device: torch.device, dtype: torch.dtype) -> None:
         """Refuses, before any weight is read, what no kernel on this device serves."""
-        if self.method in ("int8", "int4"):
+        if self.scheme:
+            s = self.scheme
+            linear.check(s.name, s.bits, s.group, device, dtype, s.e4m3, alternative=formats.ELSEWHERE)
+        elif self.method == "fp8":
+            linear.check("fp8", 8, None, device, dtype, e4m3=True)
+        elif self.method in ("int8", "int4"):
             linear.check(self.method, int(self.method[3:]), weights.RTN_GROUP, device, dtype)
         elif self.method == "gguf":
             linear.check("GGUF", 4, 32, device, dtype)
@@ -55,12 +75,19 @@ def plan(quantization: str, model: str, path: str) -> Plan:
         return Plan("gguf", gguf_file)
     if quantization == "gguf":
         raise ValueError(f"--quantization gguf needs a .gguf model file, got {path}")
-    config = pathlib.Path(path) / "config.json"
-    declared = json.loads(config.read_text()).get("quantization_config") if config.is_file() else None
+    config_file = pathlib.Path(path) / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    declared = formats.declared_method(config)
     if declared:
-        raise linear.Unsupported(f"{path} is a {declared.get('quant_method', 'quantized')} checkpoint "
-                                 f"(quantization_config), which this engine does not load yet: serve a float "
-                                 f"checkpoint with --quantization none, int8 or int4, or a GGUF file")
+        scheme = formats.scheme(config, path)  # first: it refuses formats we do not load
+        if quantization not in ("auto", declared):
+            raise ValueError(f"{path} is a {scheme.name} checkpoint: serve it with --quantization {declared} (or "
+                             f"auto); {quantization} applies to other checkpoints")
+        return Plan(declared, scheme=scheme)
+    if quantization in formats.CHECKPOINT_METHODS and quantization not in AT_LOAD:
+        raise ValueError(f"--quantization {quantization} serves {quantization} checkpoints (config.json with a "
+                         f"quantization_config); {path} has none: quantize a float checkpoint at load with "
+                         f"--quantization int4, int8 or fp8")
     return Plan("none" if quantization == "auto" else quantization)
 
 
@@ -72,21 +99,19 @@ def hf_source(path: str) -> dict:
 
 
 def hf_model(p: Plan, path: str, device: torch.device, dtype: torch.dtype, attn: str):
-    """The transformers model on `device`. For GGUF its linears stay on the meta device (they are filled in our
-    decoder by `quantize`) and everything else comes from the file: norms, biases, rotary tables, the embedding
-    (gathered from its codes where quantized)."""
+    """The transformers model on `device`. For weights read quantized from a file its linears stay on the meta
+    device (they are filled in our decoder by `quantize`) and everything else comes from the file: norms, biases,
+    rotary tables, the embedding (gathered from its codes where quantized)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if p.method != "gguf":
+    if not p.from_file:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(device).eval()
-    from floodway.engine.quant.gguf_weights import GGUFWeights
-
-    gguf = GGUFWeights(p.gguf_file)  # first: its errors name the file
+    source = _source(p, path)  # first: its errors name the file
     config = AutoConfig.from_pretrained(**hf_source(path))
     config.quantization_config = None
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
-    model.floodway_gguf = gguf
+    model.floodway_source = source
     model.floodway_shapes = {n: tuple(t.shape) for n, t in model.named_parameters()}
     base = model.model
     base.rotary_emb = type(base.rotary_emb)(config=config).to(device)
@@ -94,12 +119,23 @@ def hf_model(p: Plan, path: str, device: torch.device, dtype: torch.dtype, attn:
     for name, shape in model.floodway_shapes.items():
         if name.startswith("lm_head.") or name == "model.embed_tokens.weight" or _slot_part(name):
             continue
-        floats[name] = gguf.get(name, shape).to(device, dtype)
+        floats[name] = source.get(name, shape).to(device, dtype)
     model.load_state_dict(floats, strict=False, assign=True)
-    emb = gguf.get("model.embed_tokens.weight", model.floodway_shapes["model.embed_tokens.weight"])
+    emb = source.get("model.embed_tokens.weight", model.floodway_shapes["model.embed_tokens.weight"])
     base.embed_tokens = linear.QuantEmbedding(emb, device, dtype) if isinstance(emb, weights.QuantWeight) \
         else nn.Embedding.from_pretrained(emb.to(device, dtype))
     return model.eval()
+
+
+def _source(p: Plan, path: str):
+    """The file's tensors by Hugging Face parameter name."""
+    if p.gguf_file:
+        from floodway.engine.quant.gguf_weights import GGUFWeights
+
+        return GGUFWeights(p.gguf_file)
+    from floodway.engine.quant.hf_weights import HFQuantWeights
+
+    return HFQuantWeights(path, p.scheme)
 
 
 def _slot_part(name: str) -> bool:
@@ -113,39 +149,39 @@ def quantize(p: Plan, hf, decoder, device: torch.device, dtype: torch.dtype) -> 
         return
     if decoder is None:
         raise linear.Unsupported(f"--quantization {p.method} serves only our own decoder (Llama, Mistral, Qwen2 "
-                                 f"with --model-impl auto); {type(hf).__name__} runs in transformers' modules: use "
-                                 f"--quantization none")
-    if p.method == "gguf":
-        gguf, shapes = hf.floodway_gguf, hf.floodway_shapes
+                                 f"with --model-impl auto); {type(hf).__name__} runs in transformers' modules: "
+                                 f"{p.alternative}")
+    if p.from_file:
+        source, shapes = hf.floodway_source, hf.floodway_shapes
 
         def build(prefix, parts, current):
-            return _from_file(gguf, shapes, [prefix + part for part in parts], device, dtype)
+            return _from_file(source, shapes, [prefix + part for part in parts], device, dtype)
 
-        head = "lm_head.weight" if "lm_head.weight" in shapes and gguf.has("lm_head.weight") \
+        head = "lm_head.weight" if "lm_head.weight" in shapes and source.has("lm_head.weight") \
             else "model.embed_tokens.weight"
-        decoder.lm_head = _from_file(gguf, {**shapes, "lm_head.weight": shapes["model.embed_tokens.weight"]},
+        decoder.lm_head = _from_file(source, {**shapes, "lm_head.weight": shapes["model.embed_tokens.weight"]},
                                      [head.removesuffix(".weight")], device, dtype)
     else:
-        bits = int(p.method[3:])
+        quantizer = AT_LOAD[p.method]
 
         def build(prefix, parts, current):
-            return linear.make(weights.rtn(current.weight, bits), current.bias, device, dtype)
+            return linear.make(quantizer(current.weight), current.bias, device, dtype)
 
     for i, layer in enumerate(decoder.layers):
         for slot, parts in SLOTS.items():
             setattr(layer, slot, build(f"model.layers.{i}.", parts, getattr(layer, slot)))
 
 
-def _from_file(gguf, shapes: dict, names: list[str], device, dtype) -> nn.Module:
+def _from_file(source, shapes: dict, names: list[str], device, dtype) -> nn.Module:
     """One linear stacking the named projections' weights (and biases, where the file has them)."""
-    parts = [gguf.get(f"{n}.weight", shapes[f"{n}.weight"]) for n in names]
-    bias = torch.cat([gguf.get(f"{n}.bias", shapes[f"{n}.bias"]) for n in names]) \
+    parts = [source.get(f"{n}.weight", shapes[f"{n}.weight"]) for n in names]
+    bias = torch.cat([source.get(f"{n}.bias", shapes[f"{n}.bias"]) for n in names]) \
         if f"{names[0]}.bias" in shapes else None
     if all(isinstance(w, weights.QuantWeight) for w in parts):
         return linear.make(weights.merge(parts), bias, device, dtype)
     if any(isinstance(w, weights.QuantWeight) for w in parts):
-        raise ValueError(f"{gguf.path}: {', '.join(names)} mix quantized and float tensors; they are served as one "
-                         f"linear here")
+        raise ValueError(f"{source.path}: {', '.join(names)} mix quantized and float tensors; they are served as "
+                         f"one linear here")
     w = torch.cat(parts)
     out = nn.Linear(w.shape[1], w.shape[0], bias=bias is not None, device=device, dtype=dtype)
     out.weight = nn.Parameter(w.to(device, dtype), requires_grad=False)

@@ -99,12 +99,12 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
     app.state.server = state
     errors.install(app)
 
-    def submit(rid: str, prompt_ids: list[int], params, lora: str | None = None):
+    def submit(rid: str, prompt_ids: list[int], params, lora: str | None, priority: int):
         # Checked again at admission, with no await before it: a drain that began while the prompt was being
         # encoded saw nothing in flight and lets the server stop, which would cut this request's stream short.
         state.require_serving()
         try:
-            return state.frontend.submit(rid, prompt_ids, params, lora)
+            return state.frontend.submit(rid, prompt_ids, params, lora, priority)
         except Rejected as r:
             state.metrics.reject()
             a = r.admission
@@ -112,12 +112,12 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
                            type="rate_limit_error", code="rate_limit_exceeded",
                            headers={"Retry-After": str(a.retry_after_s)}) from None
 
-    def submit_all(rid: str, prompts_ids: list[list[int]], params, lora: str | None = None):
+    def submit_all(rid: str, prompts_ids: list[list[int]], params, lora: str | None, priority: int):
         """One engine request per prompt (ids from engine_ids), merged into one output stream; all or none."""
         streams = []
         try:
             for engine_rid, ids in zip(engine_ids(rid, len(prompts_ids)), prompts_ids, strict=True):
-                streams.append(submit(engine_rid, ids, params, lora))
+                streams.append(submit(engine_rid, ids, params, lora, priority))
         except APIError:
             for stream in streams:
                 stream.close()
@@ -131,8 +131,8 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         if params.structured is not None:  # compiled off the event loop (a large schema takes a while), then cached
             await asyncio.to_thread(constraints.check_compiles, state.engine.grammars, body, params.structured)
         for prompt_ids in prompts_ids:
-            serving.check_request(state.engine, prompt_ids, params, what)
-        outputs = submit_all(rid, prompts_ids, params, lora)
+            serving.check_request(state.engine, prompt_ids, params, what, body.priority)
+        outputs = submit_all(rid, prompts_ids, params, lora, body.priority)
         created, logprobs = now_s(), params.logprobs is not None
         if body.stream:
             usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -213,7 +213,8 @@ def create_app(engine_config, options: ServerOptions | None = None) -> FastAPI:
         return {"stats": dataclasses.asdict(state.loop.stats), "steps": state.loop.steps,
                 "inflight": state.frontend.inflight, "waiting_requests": q.waiting_requests,
                 "waiting_tokens": q.waiting_tokens, "draining": state.draining,
-                "weights": state.engine.runner.weights.method, "linear_kernels": state.engine.runner.linear_kernels}
+                "weights": state.engine.runner.weights.method, "linear_kernels": state.engine.runner.linear_kernels,
+                "failed_lora_adapters": lora_api.failed(state)}
 
     lora_api.register(app, state)
     app.add_middleware(BodyLimit, max_bytes=options.max_body_bytes)

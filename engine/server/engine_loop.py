@@ -28,6 +28,7 @@ class _Add:
     arrival_time: float
     deliver: Deliver
     lora: str | None = None
+    priority: int = 0
 
 
 @dataclass
@@ -54,8 +55,9 @@ class EngineLoop:
         self._thread.start()
 
     def add(self, request_id: str, prompt_token_ids: list[int], params, deliver: Deliver,
-            arrival_time: float | None = None, lora: str | None = None) -> None:
-        self._commands.put(_Add(request_id, prompt_token_ids, params, arrival_time or time.time(), deliver, lora))
+            arrival_time: float | None = None, lora: str | None = None, priority: int = 0) -> None:
+        self._commands.put(_Add(request_id, prompt_token_ids, params, arrival_time or time.time(), deliver, lora,
+                                priority))
 
     def abort(self, request_id: str) -> None:
         self._commands.put(_Abort(request_id))
@@ -94,7 +96,7 @@ class EngineLoop:
         if isinstance(cmd, _Add):
             try:
                 self._engine.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params,
-                                         arrival_time=cmd.arrival_time, lora=cmd.lora)
+                                         arrival_time=cmd.arrival_time, lora=cmd.lora, priority=cmd.priority)
             except Exception as e:  # noqa: BLE001 - reported to this request only
                 _safe(cmd.deliver, e)
                 return

@@ -91,7 +91,8 @@ class AsyncEngine:
         return QueueState(len(self._waiting), sum(self._waiting.values()),
                           drain_rate(self._departures, time.monotonic()))
 
-    def submit(self, request_id: str, prompt_token_ids: list[int], params, lora: str | None = None) -> RequestStream:
+    def submit(self, request_id: str, prompt_token_ids: list[int], params, lora: str | None = None,
+               priority: int = 0) -> RequestStream:
         """Admits (or raises Rejected) and queues the request, synchronously, so that concurrent
         requests see each other in the admission count."""
         decision = decide(self.queue_state(), len(prompt_token_ids), self.policy)
@@ -101,7 +102,8 @@ class AsyncEngine:
         self._streams[request_id] = stream
         self._waiting[request_id] = len(prompt_token_ids)
         self._idle.clear()
-        self.loop.add(request_id, prompt_token_ids, params, stream.deliver, arrival_time=time.time(), lora=lora)
+        self.loop.add(request_id, prompt_token_ids, params, stream.deliver, arrival_time=time.time(), lora=lora,
+                      priority=priority)
         return stream
 
     def abort_all(self) -> None:

@@ -1,9 +1,12 @@
 """LoRA in the API, as vLLM serves it: a request names an adapter in `model`; `POST /v1/load_lora_adapter`
 {"lora_name", "lora_path"} and `POST /v1/unload_lora_adapter` {"lora_name"} change what is served (200 with a
 plain-text line; 404 for a missing folder or an unknown adapter, 400 for anything else); `/v1/models` lists the
-adapters with their base model as `parent`."""
+adapters with their base model as `parent`. A --lora-modules adapter that failed to load at startup is absent there
+and listed with its reason under `failed_lora_adapters` in `/debug/engine`, which the operator reads when a replica
+lacks an adapter of its spec."""
 
 import asyncio
+import dataclasses
 
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
@@ -52,6 +55,12 @@ def card(state, name: str) -> ModelCard:
 def cards(state) -> list[ModelCard]:
     manager = _manager(state)
     return [] if manager is None else [card(state, a.name) for a in manager.registry.all()]
+
+
+def failed(state) -> list[dict]:
+    """The startup adapters that did not load: [{"name", "path", "reason"}] (empty without LoRA)."""
+    manager = _manager(state)
+    return [] if manager is None else [dataclasses.asdict(f) for f in list(manager.failed.values())]
 
 
 def register(app: FastAPI, state) -> None:

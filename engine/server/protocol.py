@@ -118,6 +118,8 @@ class _SamplingFields(_Request):
     min_tokens: Annotated[StrictInt, Field(ge=0)] | None = Field(
         None, description="vLLM extra: EOS, stop token ids and stop strings are ignored until this many tokens.")
     user: Text | None = None
+    priority: StrictInt = Field(0, description="vLLM extra: lower is served first by an engine started with "
+                                "--scheduling-policy priority (ties by arrival); any other engine refuses all but 0.")
     tools: Unsupported = None
     functions: Unsupported = None
     response_format: ResponseFormat | None = None

@@ -106,12 +106,12 @@ def context_error(prompt_len: int, max_tokens: int, max_model_len: int, prompt_p
         "lower max_tokens.", prompt_param, code="context_length_exceeded")
 
 
-def check_request(engine, prompt_ids: list[int], params: SamplingParams, prompt_param: str) -> None:
+def check_request(engine, prompt_ids: list[int], params: SamplingParams, prompt_param: str, priority: int) -> None:
     """Early 400s, before anything is queued: context length here, the engine's own checks after."""
     if len(prompt_ids) + params.max_tokens > engine.max_model_len:
         raise context_error(len(prompt_ids), params.max_tokens, engine.max_model_len, prompt_param)
     try:
-        engine.validate_request(prompt_ids, params)
+        engine.validate_request(prompt_ids, params, priority)
     except ValueError as e:
         raise bad_request(str(e), param_of(str(e)) or prompt_param) from e
 

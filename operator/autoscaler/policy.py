@@ -40,8 +40,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from floodway.operator.autoscaler.budget import OverflowSpend, allowed_share, overflow_if, service_attainment, spend
+from floodway.operator.autoscaler.budget import (
+    OverflowSpend,
+    allowed_share,
+    excess_overflow_rate,
+    overflow_if,
+    service_attainment,
+    spend,
+)
 from floodway.operator.autoscaler.signals import Signals
+from floodway.operator.gateway.overflow_budget import SHARE_WINDOW_S
 
 # A spec without autoscaling.targetConcurrency sizes a replica for this share of its batch (engine.maxNumSeqs): the
 # rest is headroom for the arrivals of a decision interval.
@@ -71,10 +79,11 @@ class AutoscalerPolicy:
     prefill_tokens_per_second: float  # a replica's prefill rate (0: demand in requests only)
     decode_sequences: float  # sequences a replica decodes within the TPOT SLO (0: unknown)
     overflow_share: float  # share of requests it may leave to the overflow API (0: pay all back)
+    priority: str  # "slo" or "budget": with budget the gateway caps overflow at overflow_share
     # The policy's own settings.
     scale_up_tolerance: float = 0.1  # requests in flight may exceed the target by this share before a replica is added
     assumed_request_s: float = 10.0  # service time assumed for overflowed demand before any is observed
-    overflow_budget_window_s: float = 1800.0  # horizon of the spent-share estimate
+    overflow_budget_window_s: float = SHARE_WINDOW_S  # horizon of the spent-share estimate (the gateway's too)
     prefill_target: float = 0.5  # share of the prefill rate a replica is sized to carry (TTFT headroom for bursts)
     token_stabilization_s: float = 900.0  # scale-down waits until this long's peak token demand fits
 
@@ -196,12 +205,12 @@ def demand_of(signals: Signals, p: "AutoscalerPolicy", tokens: float) -> float:
 
 def sizing_of(signals: Signals, p: AutoscalerPolicy, allow: float, tokens: float) -> float:
     """Concurrency the local pool must hold: all demand, or with an overflow budget the engines' load up to
-    their ready capacity plus the overflowed concurrency beyond the allowed share."""
+    their ready capacity plus the concurrency that wanted the overflow API beyond the allowed share."""
     service_s = service_time(signals, p.assumed_request_s)
     if allow == 0:
         return demand_of(signals, p, tokens)
     local = min(signals.total_running + signals.total_waiting, signals.ready * p.per_replica)
-    excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate) * service_s
+    excess = excess_overflow_rate(signals, allow) * service_s
     return max(local + signals.held + excess, tokens)
 
 
@@ -218,7 +227,7 @@ def short_of_slo(signals: Signals, p: AutoscalerPolicy) -> bool:
 def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: float) -> ScaleDecision:
     p, cur = policy, state.replicas
     st = replace(state, spent=spend(state.spent, signals, p.overflow_budget_window_s, now))
-    allow = allowed_share(st.spent, p.overflow_share)
+    allow = allowed_share(st.spent, p.overflow_share, p.priority)
     signals = replace(signals, attainment=service_attainment(signals, allow))
     prompts = state.prompts
     if signals.window_s > 0:  # the first tick has no window yet
@@ -263,12 +272,14 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     if kv_need > math.ceil(avg / p.per_replica):
         reason = f"KV usage {kv_level:.2f} / target {p.kv_cache_target:g} per replica"
     # With an overflow budget the gateway absorbs engine queues by overflowing: a shortage is requests held
-    # or overflowed beyond the allowed share, not a transient queue on the engines.
-    excess = max(0.0, signals.overflow_rate - allow * signals.arrival_rate)
+    # or overflowed (or kept from it) beyond the allowed share, not a transient queue on the engines.
+    excess = excess_overflow_rate(signals, allow)
     queued = signals.held + excess + signals.total_waiting
     if allow > 0:  # a replica's worth of concurrency beyond the allowed share
         queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.per_replica
-    if short_of_slo(signals, p) and queued > 0 and signals.starting == 0 and want <= cur:
+    # Requests the gateway kept from overflowing (its share spent, priority budget) are a shortage as they come.
+    if short_of_slo(signals, p) and (queued > 0 or signals.declined_rate > 0) and signals.starting == 0 \
+            and want <= cur:
         want, reason = cur + 1, f"SLO attainment {signals.attainment:.3f} < {p.slo_attainment:g} while queued"
         st = replace(st, slo_hold_until=now + p.scale_down_stabilization_seconds)
 

@@ -16,6 +16,9 @@ GW_REQUESTS = "floodway_gateway_requests_total"  # attempts by backend and outco
 GW_OVERFLOW = "floodway_gateway_overflow_total"  # requests sent to the overflow API, by trigger
 GW_HELD = "floodway_gateway_hold_queue_depth"  # requests held in the gateway's queue now
 GW_NEEDED = "floodway_gateway_replicas_needed"  # requests by the pool that would have kept them local
+GW_TOKENS = "floodway_gateway_request_tokens_total"  # estimated tokens of the requests arrived
+GW_OVERFLOW_TOKENS = "floodway_gateway_overflow_tokens_total"  # estimated tokens of the requests overflowed
+GW_DECLINED = "floodway_gateway_overflow_declined_total"  # requests kept from overflowing: the share was spent
 PROMPT_TOKENS = "vllm:prompt_tokens_total"  # prompt tokens the engine received (vLLM and ours)
 
 
@@ -35,6 +38,11 @@ class Signals:
     attainment: float | None = None  # share of finished requests meeting TTFT and TPOT SLOs; None: none finished
     goodput: float = 0.0  # finished requests/s meeting the SLO
     overflow_rate: float = 0.0  # requests/s sent to the overflow API
+    # The gateway's estimated tokens (prompt plus completion)/s arriving and sent to the overflow API: the overflow
+    # budget's token share.
+    request_token_rate: float = 0.0
+    overflow_token_rate: float = 0.0
+    declined_rate: float = 0.0  # requests/s a trigger would have overflowed, kept local as the share was spent
     window_s: float = 0.0
     # Prompt tokens/s reaching the service: the engines' received, scaled up by the share that overflowed
     # (taken to have the local requests' mean prompt). Demand in tokens, which request counts miss.
@@ -72,6 +80,9 @@ class GatewaySample:
     overflow_total: float = 0.0
     held: float = 0.0
     replicas_needed: Mapping[float, float] = field(default_factory=dict)  # cumulative histogram {bound: count}
+    request_tokens_total: float = 0.0
+    overflow_tokens_total: float = 0.0
+    declined_total: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -131,7 +142,8 @@ def parse_gateway(text: str) -> GatewaySample:
     # A retried attempt is counted again under the backend that finally served it.
     values, buckets = _samples(text, skip=lambda labels: labels.get("outcome") == "retried")
     return GatewaySample(values.get(GW_REQUESTS, 0.0), values.get(GW_OVERFLOW, 0.0), values.get(GW_HELD, 0.0),
-                         buckets.get(GW_NEEDED, {}))
+                         buckets.get(GW_NEEDED, {}), values.get(GW_TOKENS, 0.0), values.get(GW_OVERFLOW_TOKENS, 0.0),
+                         values.get(GW_DECLINED, 0.0))
 
 
 def _delta(new: float, old: float) -> float:
@@ -185,11 +197,14 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         # that can have met both, so attainment is never overstated.
         attainment = max(0.0, a_ttft + a_tpot - 1.0)
     gw_new, gw_old = new.gateway, old.gateway
-    arrivals = overflow = 0.0
+    arrivals = overflow = tokens = overflow_tokens = declined = 0.0
     needed = {}
     if gw_new is not None:
-        arrivals = _delta(gw_new.requests_total, gw_old.requests_total if gw_old else 0.0)
-        overflow = _delta(gw_new.overflow_total, gw_old.overflow_total if gw_old else 0.0)
+        def rate(name):
+            return _delta(getattr(gw_new, name), getattr(gw_old, name) if gw_old else 0.0)
+        arrivals, overflow = rate("requests_total"), rate("overflow_total")
+        tokens, overflow_tokens, declined = rate("request_tokens_total"), rate("overflow_tokens_total"), \
+            rate("declined_total")
         needed = _hist_delta(gw_new.replicas_needed, gw_old.replicas_needed if gw_old else None)
     engines = list(new.engines.values())
     return Signals(
@@ -197,7 +212,8 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         running=tuple(e.running for e in engines), waiting=tuple(e.waiting for e in engines),
         kv_usage=tuple(e.kv_usage for e in engines), held=gw_new.held if gw_new else 0.0,
         arrival_rate=arrivals / dt, finished_rate=finished / dt, attainment=attainment,
-        goodput=(attainment or 0.0) * finished / dt, overflow_rate=overflow / dt, window_s=dt,
+        goodput=(attainment or 0.0) * finished / dt, overflow_rate=overflow / dt, request_token_rate=tokens / dt,
+        overflow_token_rate=overflow_tokens / dt, declined_rate=declined / dt, window_s=dt,
         prompt_token_rate=prompt / dt * (arrivals / (arrivals - overflow) if arrivals > overflow else 1.0),
         replicas_needed=needed,
     )

@@ -4,7 +4,8 @@ and the events a change of conditions deserves."""
 from dataclasses import dataclass
 
 # Conditions whose turning True (or False, for the "good" ones) is worth a Warning event.
-_GOOD = {"Ready", "FitsGPU", "OverflowKeyAvailable", "PodsHealthy", "StorageAvailable"}
+_GOOD = {"Ready", "FitsGPU", "OverflowKeyAvailable", "PodsHealthy", "StorageAvailable", "AdaptersReady",
+         "OverflowBudget"}
 _BAD = {"SLOAtRisk", "OwnershipConflict"}
 
 

@@ -11,7 +11,7 @@ from floodway.operator.controller.kube import KubeError, own_namespace
 from floodway.operator.controller.loop import first_state, step, tick_status
 from floodway.operator.controller.ownership import conflict
 from floodway.operator.controller.pods import any_ready, engine_pods, pod_problems, secret_problem
-from floodway.operator.controller.scrape import scrape
+from floodway.operator.controller.scrape import scrape, scrape_adapters
 from floodway.operator.controller.status import Observation, build_status, now_rfc3339
 from floodway.operator.controller.storage import claim_problems, claim_roles
 from floodway.operator.planner.fit import spec_fit
@@ -129,7 +129,8 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
         gateway_ready=any_ready(gateway_pods), fit_level=fit_level, fit_message=fit_message,
         secret_problem=secret_problem(gateway_pods, ref.name) if parsed.overflow.enabled and ref else None,
         pod_problems=(*pod_problems(pods, "engine"), *pod_problems(gateway_pods, "gateway")),
-        claim_problems=tuple(claim_problems(parsed, namespace, claims)))
+        claim_problems=tuple(claim_problems(parsed, namespace, claims)),
+        adapters=scrape_adapters(urls, [a.name for a in parsed.adapters]) if parsed.adapters else None)
     _publish(body, patch, tick_status(parsed, s, seen, body.get("status") or {}, now_rfc3339(),
                                       meta.get("generation"), selector_string(owner, "engine"), service_url(owner)))
 

@@ -49,7 +49,7 @@ def tick_status(spec: InferenceServiceSpec, s: Step, seen: Observation, previous
     """The status after a tick: what the shell saw (replica counts, gateway, pods, claims) with the step's
     decision and signals; the last scale's reason and time stay until the count moves again."""
     obs = dataclasses.replace(
-        seen, desired_replicas=s.decision.replicas, signals=s.signals,
+        seen, desired_replicas=s.decision.replicas, signals=s.signals, spend=s.decision.state.spent,
         scale_reason=s.decision.reason if s.moved else previous.get("lastScaleReason"),
         scaled_at=now if s.moved else previous.get("lastScaleTime"))
     return build_status(spec, previous, obs, now, generation, selector, url)

@@ -4,7 +4,12 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from floodway.operator.autoscaler.budget import OverflowSpend
 from floodway.operator.autoscaler.signals import Signals
+from floodway.operator.controller.adapters import CONDITION as ADAPTERS_READY
+from floodway.operator.controller.adapters import ReplicaAdapters, adapter_report
+from floodway.operator.controller.budget_condition import CONDITION as OVERFLOW_BUDGET
+from floodway.operator.controller.budget_condition import budget_condition
 from floodway.operator.controller.conditions import set_condition
 from floodway.operator.controller.pods import PodProblem
 from floodway.operator.spec import InferenceServiceSpec
@@ -28,6 +33,8 @@ class Observation:
     pod_problems: tuple[PodProblem, ...] | None = None
     claim_problems: tuple[str, ...] | None = None
     conflicts: tuple[str, ...] | None = None  # rendered objects that exist and are not ours
+    spend: OverflowSpend | None = None  # the autoscaler's decayed overflow spend (None: not tracked this tick)
+    adapters: dict[str, ReplicaAdapters] | None = None  # ready replica -> what it said of its adapters
 
 
 def now_rfc3339() -> str:
@@ -107,6 +114,12 @@ def build_status(spec: InferenceServiceSpec, previous: dict, obs: Observation, n
     elif "observed" in previous:
         status["observed"] = previous["observed"]
 
+    if not spec.overflow.enabled:
+        conds = [c for c in conds if c["type"] != OVERFLOW_BUDGET]
+    elif obs.spend is not None and obs.spend.share.at is not None:
+        cond(OVERFLOW_BUDGET, *budget_condition(spec.autoscaling.overflow_share, spec.autoscaling.priority, obs.spend,
+                                                obs.signals.attainment if obs.signals else None, spec.slo.attainment))
+
     if obs.fit_level is not None:
         if obs.fit_level == "ok":
             cond("FitsGPU", "True", "Fits", obs.fit_message)
@@ -127,6 +140,18 @@ def build_status(spec: InferenceServiceSpec, previous: dict, obs: Observation, n
         cond("StorageAvailable", "False", "ClaimUnavailable", "; ".join(obs.claim_problems))
     elif obs.claim_problems is not None:
         cond("StorageAvailable", "True", "ClaimsFound", "the PersistentVolumeClaims exist")
+
+    if not spec.adapters:  # none (any more): the field goes too (null in the status merge patch)
+        conds = [c for c in conds if c["type"] != ADAPTERS_READY]
+        if previous.get("adapters") is not None:
+            status["adapters"] = None
+    elif obs.adapters is not None:
+        report = adapter_report([a.name for a in spec.adapters], obs.adapters)
+        status["adapters"] = report.replicas
+        if report.condition is not None:  # no ready replica: the condition keeps what the last one said
+            cond(ADAPTERS_READY, *report.condition)
+    elif "adapters" in previous:
+        status["adapters"] = previous["adapters"]
 
     if obs.conflicts:
         cond("OwnershipConflict", "True", "ObjectNotOwned", "; ".join(obs.conflicts))

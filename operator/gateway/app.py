@@ -12,6 +12,7 @@ import gc
 import logging
 import random
 import secrets
+from dataclasses import asdict
 from urllib.parse import quote
 
 import aiohttp
@@ -68,7 +69,7 @@ def create_app(config: GatewayConfig):
     """The ASGI application: proxied POSTs straight to the Gateway, the rest to a FastAPI app."""
     tokens = _read_tokens(config.auth.tokens_file)
     table = BackendTable(config.routing.weights(), random.Random(config.routing.seed), RUNTIMES[config.engine_runtime],
-                         config.routing.prefix_policy())
+                         config.routing.prefix_policy(), max_loras=config.max_loras)
     table.set_endpoints([(url, url) for url in config.backends.static])
     metrics = GatewayMetrics()
 
@@ -169,7 +170,7 @@ def create_app(config: GatewayConfig):
             return JSONResponse(error_body("not found (debug_state is off)", "not_found_error"), 404)
         g: Gateway = app.state.gateway
         return JSONResponse({"backends": table.snapshot(), "held": g.held, "breaker": vars(g.breaker),
-                             "budget": vars(g.budget), "learned_prefill_tokens_per_s": g.prefill_rate,
+                             "budget": asdict(g.budget), "learned_prefill_tokens_per_s": g.prefill_rate,
                              "overflow": config.overflow.model_dump(exclude={"api_key_env", "api_key_file"})})
 
     read_headers = {b"authorization", config.opt_out_header.lower().encode("latin-1")}  # all the hot path reads

@@ -3,18 +3,23 @@
 Every scrape interval each engine's readiness path (its runtime's: /ready for ours, /health for vLLM) is
 probed and its /metrics read (queue, running, KV usage);
 the gateway adds its own in-flight counts, which are always fresh. Routing and the overflow rule read
-this table through plain snapshots (BackendLoad, pool totals) and stay pure.
+this table through plain snapshots (BackendLoad, pool totals) and stay pure. When an engine turns ready its
+/v1/models is read once for the LoRA adapters it serves (adapters.AdapterIndex); what it cached and held is
+forgotten when it turns unready or leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
 from dataclasses import dataclass
 
 import aiohttp
+from floodway.engine.config import EngineConfig
+from floodway.operator.gateway.adapters import AdapterIndex, adapter_hits
 from floodway.operator.gateway.prefix_index import BLOCK_TOKENS, PrefixIndex
 from floodway.operator.gateway.routing import (
     BackendLoad,
@@ -61,6 +66,17 @@ def parse_engine_load(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics)
     return {**load, "max_num_seqs": max_num_seqs, "kv_tokens": kv_tokens, "prefill_waiting": found.get(_BACKLOG, 0.0),
             "prefill_rate": found.get(_RATE, 0.0),
             "finished": next((found[n] for n in names.finished if n in found), 0.0)}
+
+
+def listed_adapters(text: str) -> list[str]:
+    """The adapters an engine's /v1/models body lists: its entries with a `parent` (the base model they adapt);
+    none from a body of another shape."""
+    try:
+        data = json.loads(text).get("data")
+    except (ValueError, AttributeError):
+        return []
+    return [m["id"] for m in data if isinstance(m, dict) and m.get("parent") and isinstance(m.get("id"), str)] \
+        if isinstance(data, list) else []
 
 
 async def get_text(session: aiohttp.ClientSession, url: str, timeout: aiohttp.ClientTimeout) -> tuple[int, str]:
@@ -137,11 +153,13 @@ class BackendChoice:
 
 class BackendTable:
     def __init__(self, weights: RoutingWeights, rng: random.Random, runtime: Runtime = RUNTIMES[DEFAULT],
-                 prefix: PrefixPolicy | None = None, clock=time.monotonic):
-        """prefix: the prefix-aware policy (None: load-only routing)."""
+                 prefix: PrefixPolicy | None = None, clock=time.monotonic, max_loras: int = EngineConfig.max_loras):
+        """prefix: the prefix-aware policy (None: load-only routing, adapters too); max_loras: the adapters each
+        engine holds resident at once."""
         self.weights, self.rng, self.runtime, self.prefix, self.clock = weights, rng, runtime, prefix, clock
         self.backends: dict[str, Backend] = {}
         self.index = PrefixIndex()
+        self.adapters = AdapterIndex(max_loras)
 
     def set_endpoints(self, endpoints: list[tuple[str, str]]) -> None:
         """Replaces the set of backends (id, url); known ones keep their state and in-flight counts."""
@@ -150,32 +168,40 @@ class BackendTable:
             current[bid].url = url
         self.backends = current
         self.index.retain(current)
+        self.adapters.retain(current)
 
     def pick(self, exclude: frozenset[str], keys: list[int] = ()) -> Backend | None:
         return self.route(exclude, keys)[0]
 
-    def choose(self, exclude: frozenset[str], keys: list[int] = (), prompt_tokens: int = 0) -> BackendChoice | None:
+    def choose(self, exclude: frozenset[str], keys: list[int] = (), prompt_tokens: int = 0,
+               adapter: str | None = None) -> BackendChoice | None:
         """The backend for a request whose prompt has these prefix `keys` (prefix_index.request_keys) and about
-        `prompt_tokens` tokens, and how many of them it likely has to prefill (not in its cache); None when no
-        backend is ready. Nothing is recorded before `take`: the overflow rule reads the choice first."""
+        `prompt_tokens` tokens, for `adapter` (None: the base model), and how many of them it likely has to
+        prefill (not in its cache); None when no backend is ready. Nothing is recorded before `take`: the
+        overflow rule reads the choice first."""
         now, half_life = self.clock(), self.weights.recent_half_life_s
         loads = [b.load(decayed(b.recent_work, now - b.recent_at, half_life)) for b in self.backends.values()]
         hits: dict[str, float] = {}
-        if self.prefix is None or not keys:
+        if self.prefix is None or not (keys or adapter):
             chosen = pick(loads, self.rng, self.weights, exclude)
         else:
-            hits = {b.id: self.index.matched(b.id, keys) / len(keys) for b in loads if b.ready}
-            chosen = pick_prefix(loads, hits, self.rng, self.weights, self.prefix, exclude, prompt_tokens)
+            if keys:
+                hits = {b.id: self.index.matched(b.id, keys) / len(keys) for b in loads if b.ready}
+            chosen = pick_prefix(loads, hits, self.rng, self.weights, self.prefix, exclude, prompt_tokens,
+                                 adapter_hits(adapter, self.adapters.holders()))
         if chosen is None:
             return None
         uncached = uncached_tokens(prompt_tokens, hits.get(chosen.id, 0.0))
         work = chosen.recent_work + sent_work(uncached, self.weights)
         return BackendChoice(self.backends[chosen.id], uncached, work, now)
 
-    def take(self, choice: BackendChoice, keys: list[int] = ()) -> None:
-        """The request goes to the chosen backend: it holds the keys from now on, and was sent those tokens."""
+    def take(self, choice: BackendChoice, keys: list[int] = (), adapter: str | None = None) -> None:
+        """The request goes to the chosen backend: it holds the keys (and the adapter) from now on, and was sent
+        those tokens."""
         if self.prefix is not None and keys:
             self.index.record(choice.backend.id, keys)
+        if adapter is not None:
+            self.adapters.sent(choice.backend.id, adapter)
         choice.backend.recent_work, choice.backend.recent_at = choice.recent_work, choice.at
 
     def route(self, exclude: frozenset[str], keys: list[int] = (),
@@ -197,6 +223,7 @@ class BackendTable:
         if backend_id in self.backends:
             self.backends[backend_id].ready = False
             self.index.drop(backend_id)
+            self.adapters.forget(backend_id)
 
     async def refresh(self, session: aiohttp.ClientSession, timeout_s: float) -> None:
         await asyncio.gather(*(self._probe(session, b, timeout_s) for b in list(self.backends.values())))
@@ -213,12 +240,16 @@ class BackendTable:
                 log.warning("backend %s unready: %s", b.id, type(e).__name__)
             b.ready = False
             self.index.drop(b.id)
+            self.adapters.forget(b.id)
             return
         if b.ready != (ready == 200):
             log.info("backend %s %s", b.id, "ready" if ready == 200 else f"unready ({ready})")
+            if ready == 200:
+                await self._read_adapters(session, b, timeout)
         b.ready = ready == 200
-        if not b.ready:  # draining, restarting or still loading: whatever it cached is gone or going
+        if not b.ready:  # draining, restarting or still loading: whatever it cached or held is gone or going
             self.index.drop(b.id)
+            self.adapters.forget(b.id)
         if load is not None:
             b.waiting, b.running, b.kv_usage = load["waiting"], load["running"], load["kv_usage"]
             b.in_flight_at_scrape, b.seen_running = b.in_flight, max(b.seen_running, b.running)
@@ -230,9 +261,20 @@ class BackendTable:
             b.hold = slot_hold_update(b.hold, b.running, load["finished"], now - (b.scraped_at or now))
             b.scraped_at = now
 
+    async def _read_adapters(self, session: aiohttp.ClientSession, b: Backend, timeout: aiohttp.ClientTimeout) -> None:
+        """What a backend turning ready serves from startup (its /v1/models); unread, the gateway learns its
+        adapters only from what it routes there."""
+        try:
+            status, text = await get_text(session, b.url + "/v1/models", timeout)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            log.warning("backend %s: /v1/models unread: %s", b.id, type(e).__name__)
+            return
+        self.adapters.listed(b.id, listed_adapters(text) if status == 200 else [])
+
     def snapshot(self) -> list[dict]:
         return [{"id": b.id, "url": b.url, "ready": b.ready, "in_flight": b.in_flight, "waiting": b.waiting,
                  "estimated_waiting": b.load().waiting, "running": b.running, "kv_usage": b.kv_usage,
                  "prefill_tokens_per_s": b.prefill_rate, "prefix_blocks": self.index.size(b.id),
+                 "adapters": sorted(self.adapters.holders().get(b.id, ())),
                  "mean_slot_hold_s": b.hold.mean_s, "admission_wait_s": b.admission_wait_s(0)}
                 for b in self.backends.values()]

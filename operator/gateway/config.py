@@ -4,7 +4,8 @@
 Example:
 
     port: 8000
-    served_models: [chat]
+    served_models: [chat, support-bot]     # the base model first, then its LoRA adapters
+    max_loras: 1                           # adapters each engine holds resident at once (their --max-loras)
     backends:
       static: [http://127.0.0.1:8001, http://127.0.0.1:8002]      # or:
       # kubernetes: {namespace: default, service: chat-engine, port: http}
@@ -18,6 +19,7 @@ Example:
       api_key_env: OVERFLOW_API_KEY        # or api_key_file: /var/run/secrets/overflow/api-key
       max_waiting_per_replica: 4
       max_requests_per_minute: 600
+      models: {chat: small-model, support-bot: small-model-ft}   # an adapter without an entry never overflows
     opt_out_header: x-floodway-no-overflow
     auth: {tokens_file: /var/run/secrets/gateway/tokens}
     max_body_bytes: 4194304
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+from floodway.engine.config import EngineConfig
 from floodway.operator.gateway.breaker import BreakerPolicy
 from floodway.operator.gateway.overflow import SLOWEST_TOKENS_PER_S, OverflowPolicy
 from floodway.operator.gateway.overflow_budget import BudgetLimits
@@ -118,14 +121,20 @@ class Overflow(_Strict):
     base_url: str | None = Field(None, description="OpenAI-compatible base URL, including /v1.")
     model: str | None = Field(None, description="Model name sent to the overflow API (default: the client's).")
     models: dict[str, str] = Field(default_factory=dict, description="Local model or adapter name -> the overflow "
-                                   "API's model for it; with served_models, a request for any other name than the "
-                                   "first (the base model) never overflows.")
+                                   "API's model for it (the base model's entry wins over `model`). A request for an "
+                                   "adapter without an entry never overflows: it is served locally, held while no "
+                                   "engine is ready, or refused with 429 and Retry-After when the hold is full.")
     api_key_env: str | None = None
     api_key_file: str | None = None
     max_waiting_per_replica: float = Field(OverflowPolicy.max_waiting_per_replica, gt=0)
     predicted_ttft_factor: float = Field(OverflowPolicy.predicted_ttft_factor, gt=0)
     max_requests_per_minute: float | None = Field(None, ge=0)
     max_tokens_per_minute: float | None = Field(None, ge=0)
+    max_share: float | None = Field(None, ge=0, lt=1, description="Most share of the requests, and of their "
+                                    "estimated tokens, sent to the overflow API over the last half hour (decayed); "
+                                    "past it, requests stay local. The operator sets the spec's "
+                                    "autoscaling.overflowShare here where autoscaling.priority is budget. Unset: no "
+                                    "share limit.")
     hold_queue_size: int = Field(OverflowPolicy.hold_queue_size, ge=0)
     hold_timeout_s: float = Field(OverflowPolicy.hold_timeout_s, ge=0)
     connect_timeout_s: float = Field(2.0, gt=0)
@@ -156,7 +165,11 @@ class GatewayConfig(_Strict):
     port: int = Field(8000, ge=0, le=65535)
     served_models: list[str] = Field(default_factory=list, description="Names /v1/models lists (default: "
                                      "the backends'); requests naming another model get 404, naming none the "
-                                     "served one, as engines do.")
+                                     "served one, as engines do. The first is the base model, the others its LoRA "
+                                     "adapters (without the list: the names the engines list as adapters).")
+    max_loras: int = Field(EngineConfig.max_loras, ge=1, description="LoRA adapters each engine holds resident at "
+                           "once (the engines' --max-loras): how many the gateway remembers sending to each, for "
+                           "routing an adapter's requests to an engine that holds it.")
     backends: Backends = Field(default_factory=Backends)
     engine_runtime: Literal[tuple(RUNTIMES)] = Field(DEFAULT, description="What the engines run "
                                                      "(operator/runtimes.py): their readiness path and metric names.")

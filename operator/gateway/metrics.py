@@ -29,6 +29,15 @@ class GatewayMetrics:
             ["backend", "outcome"], registry=r)
         self.overflow = Counter("floodway_gateway_overflow", "Requests sent to the overflow API, by trigger",
                                 ["reason"], registry=r)
+        self.request_tokens = Counter(
+            "floodway_gateway_request_tokens", "Estimated tokens (prompt plus completion) of the requests that reached "
+            "the gateway, counted once each as it arrives: what the overflow budget's token share is of", registry=r)
+        self.overflow_tokens = Counter("floodway_gateway_overflow_tokens", "Estimated tokens of the requests sent "
+                                       "to the overflow API", registry=r)
+        self.overflow_declined = Counter(
+            "floodway_gateway_overflow_declined", "Requests a trigger would have sent to the overflow API that stayed "
+            "local (or held, with no ready backend) because the overflow share was spent (autoscaling.priority "
+            "budget), counted once each", registry=r)
         self.held = Gauge("floodway_gateway_hold_queue_depth", "Requests held in the gateway's queue", registry=r)
         self.in_flight = Gauge("floodway_gateway_in_flight", "Requests in flight per backend", ["backend"],
                                registry=r)

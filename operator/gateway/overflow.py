@@ -21,11 +21,12 @@ Rule, in order: a trigger fires when there is no ready replica, when waiting per
 No trigger: local. Trigger and overflow allowed (enabled, no opt-out, a model overflow.models maps, breaker
 closed or probing, budget left, the API has not failed this request): overflow. Opt-out, an unmapped model
 (adapters.overflow_model), overflow disabled, the API failed this
-request or its breaker is open (an outage must not turn servable traffic into errors): local when a
-replica is ready (the engines queue it, and answer 429 themselves when full). Budget spent: the request
-waits in the gateway's bounded hold queue for local capacity or budget, re-evaluated until
-`hold_timeout_s` after arrival; a full queue or a passed deadline rejects it (429 with Retry-After). With
-no ready replica, every blocked request waits there the same way.
+request or its breaker is open (an outage must not turn servable traffic into errors), or the overflow share
+spent (`SHARE_SPENT`, autoscaling.priority budget: the budget wins over the SLO, and a wait would not earn it back
+before the SLO passed): local when a replica is ready (the engines queue it, and answer 429 themselves when full).
+Per-minute budget spent: the request waits in the gateway's bounded hold queue for local capacity or budget,
+re-evaluated until `hold_timeout_s` after arrival; a full queue or a passed deadline rejects it (429 with
+Retry-After). With no ready replica, every blocked request waits there the same way.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from floodway.operator.gateway.breaker import BreakerPolicy, BreakerState, breaker_allows, breaker_retry_after_s
-from floodway.operator.gateway.overflow_budget import BudgetLimits, BudgetState, budget_wait_s
+from floodway.operator.gateway.overflow_budget import BudgetLimits, BudgetState, budget_wait_s, share_allows
 from floodway.operator.spec.models import OverflowSpec
 
 Target = Literal["local", "overflow", "hold", "reject"]
+# The reason a request the triggers would overflow stays local: the overflow share is spent (priority budget).
+SHARE_SPENT = "share_spent"
 _SPEC = OverflowSpec()
 
 
@@ -123,6 +126,8 @@ def _blocked_reason(pool: PoolState, policy: OverflowPolicy, request: RequestInf
         return "breaker_open"
     if budget_wait_s(pool.budget, policy.budget, request.tokens, now) > 0.0:
         return "budget_exhausted"
+    if not share_allows(pool.budget, policy.budget, request.tokens, now):
+        return SHARE_SPENT
     return None
 
 

@@ -6,7 +6,9 @@ BLOCK_CHARS characters (about one engine block of 16 tokens at CHARS_PER_TOKEN);
 blocks of BLOCK_TOKENS ids. Key i depends on blocks 0..i, as the engine's chained block hashes do, so two
 requests share leading keys exactly while they share a leading run of text. The gateway needs no tokenizer
 and no chat template for this (the template only adds the same text around every message), and it costs
-one hash per block on the request path.
+one hash per block on the request path. A request for a LoRA adapter roots its chain at the adapter's name, as
+the engine puts the adapter in its block hashes: the same prompt for two adapters, or for an adapter and the base
+model, shares no key (their KV differs).
 
 Per backend an LRU of keys, capped at the engine's KV capacity in blocks (vllm:cache_config_info), mirrors
 the engine's own LRU eviction; a backend starts empty and its entries go when it leaves or turns unready (a
@@ -36,20 +38,22 @@ def _message_text(message) -> str:
     return f"\x1e{message.get('role')}\x1f{content if isinstance(content, str) else ''}"
 
 
-def _chain(blocks: Iterable) -> list[int]:
-    keys, parent = [], None
+def _chain(blocks: Iterable, root: str | None) -> list[int]:
+    keys, parent = [], root
     for block in blocks:
         parent = hash((parent, block))
         keys.append(parent)
     return keys
 
 
-def request_keys(payload: dict) -> list[int]:
-    """The chained block keys of a request's prompt (full blocks only, as the engine caches)."""
+def request_keys(payload: dict, adapter: str | None = None) -> list[int]:
+    """The chained block keys of a request's prompt (full blocks only, as the engine caches) for `adapter` (None:
+    the base model)."""
     prompt = payload.get("prompt")
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt[:MAX_KEYS * BLOCK_TOKENS]):
         ids = tuple(prompt[:MAX_KEYS * BLOCK_TOKENS])
-        return _chain(ids[i:i + BLOCK_TOKENS] for i in range(0, len(ids) - BLOCK_TOKENS + 1, BLOCK_TOKENS))
+        return _chain((ids[i:i + BLOCK_TOKENS] for i in range(0, len(ids) - BLOCK_TOKENS + 1, BLOCK_TOKENS)),
+                      adapter)
     if isinstance(prompt, str):
         text = prompt[:MAX_KEYS * BLOCK_CHARS]
     elif isinstance(payload.get("messages"), list):
@@ -62,7 +66,7 @@ def request_keys(payload: dict) -> list[int]:
         text = "".join(text)[:MAX_KEYS * BLOCK_CHARS]
     else:
         return []  # a batch of prompts goes wherever load says
-    return _chain(text[i:i + BLOCK_CHARS] for i in range(0, len(text) - BLOCK_CHARS + 1, BLOCK_CHARS))
+    return _chain((text[i:i + BLOCK_CHARS] for i in range(0, len(text) - BLOCK_CHARS + 1, BLOCK_CHARS)), adapter)
 
 
 class PrefixIndex:

@@ -21,19 +21,20 @@ import time
 from dataclasses import replace
 
 import aiohttp
-from floodway.operator.gateway.adapters import overflow_model
+from floodway.operator.gateway.adapters import adapter_of, never_overflows, overflow_model
 from floodway.operator.gateway.backends import BackendChoice, BackendTable
 from floodway.operator.gateway.breaker import BreakerState, breaker_on_result, breaker_on_send
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.metrics import WATCHED_SHARE, GatewayMetrics
 from floodway.operator.gateway.overflow import (
+    SHARE_SPENT,
     PoolState,
     RequestInfo,
     overflow_deadline_s,
     overflow_decision,
     replicas_needed,
 )
-from floodway.operator.gateway.overflow_budget import BudgetState, budget_refill, budget_take
+from floodway.operator.gateway.overflow_budget import BudgetState, budget_arrive, budget_refill, budget_take
 from floodway.operator.gateway.payload import (
     completion_limit,
     error_body,
@@ -154,33 +155,38 @@ class Gateway:
             return JSONResponse(error_body(f"model {model!r} does not exist; served: {served}",
                                            "invalid_request_error", "model_not_found"), 404)
         opt_out = headers.get(self._opt_out_header, "").lower() not in ("", "0", "false", "no")
-        # The overflow API's model: served_models[0] is the base model; an adapter without an entry never leaves.
-        base, o = (served[0] if served else model), self.config.overflow
-        remote_model = overflow_model(model, base, o.models, o.model) if base is not None else o.model
+        # served_models[0] is the base model; an adapter without an overflow.models entry never leaves.
+        base = served[0] if served else None
+        adapter, o = adapter_of(model, base, self.table.adapters.names()), self.config.overflow
+        remote_model = overflow_model(model or base, adapter, o.models, o.model)
         info = RequestInfo(estimate_tokens(payload), self.clock(), opt_out,
-                           unmapped_model=base is not None and remote_model is None)
+                           unmapped_model=never_overflows(adapter, o.models))
+        self.budget = budget_arrive(self.budget, self.policy.budget, info.tokens, info.arrived_at)
+        self.metrics.request_tokens.inc(info.tokens)
         prompt = estimate_prompt_tokens(payload)
         stream = bool(payload.get("stream"))
-        keys = request_keys(payload) if self.table.prefix is not None else []
+        keys = request_keys(payload, adapter) if self.table.prefix is not None else []
         tried: frozenset[str] = frozenset()
         held_since = None
         try:
             while True:
                 now = self.clock()
-                choice = self.table.choose(tried, keys, prompt)
+                choice = self.table.choose(tried, keys, prompt, adapter)
                 pool = self.pool_state(tried, info.held, choice)
                 if not tried and not info.held:  # once per request, as it arrives
                     need = replicas_needed(pool, self.policy)
                     if need is not None:
                         self.metrics.replicas_needed.observe(need)
                 decision = overflow_decision(pool, self.policy, info, now)
+                if decision.reason == SHARE_SPENT and not tried and not info.held:  # once per request
+                    self.metrics.overflow_declined.inc()
                 if decision.target in ("local", "overflow") and held_since is not None:  # leaves the queue
                     self.metrics.hold_seconds.observe(now - held_since)
                     held_since, info = None, replace(info, held=False)
                     self.held -= 1
                     self.metrics.held.set(self.held)
                 if decision.target == "local":
-                    self.table.take(choice, keys)
+                    self.table.take(choice, keys, adapter)
                     try:
                         return await self._local(choice, path, body, stream, t0, pool.predicted_ttft_s)
                     except _Failed:
@@ -261,6 +267,7 @@ class Gateway:
         o = self.config.overflow
         now = self.clock()
         self.budget = budget_take(self.budget, self.policy.budget, tokens, now)
+        self.metrics.overflow_tokens.inc(tokens)
         self.breaker = breaker_on_send(self.breaker, self.policy.breaker, now)
         self.update_gauges()
         headers = dict(_JSON)

@@ -40,6 +40,11 @@ prefix, or a long conversation, from piling onto its holder: past it, the reques
 backend learns the prefix. It reads work sent lately rather than requests in flight because a conversation's turns
 come one at a time: in flight, a holder never looks busy however many turns it takes. How the defaults were
 chosen: README, "Prefix-aware routing", and docs/benchmarks/autoscaler-code-notes.md.
+
+A request for a LoRA adapter also has `resident`: per backend 1.0 where it likely holds the adapter in a slot
+(adapters.adapter_hits). Holding it beyond what every candidate holds is worth `prefix_weight`, as a whole-prompt
+prefix hit less the prefill it saves (it saves loading the adapter, not the prefill), under the same load cap: past
+it, the request goes where load says, and that engine loads the adapter from its --lora-modules.
 """
 
 from __future__ import annotations
@@ -145,17 +150,20 @@ def prefix_gains(candidates: Sequence[BackendLoad], hits: Mapping[str, float], p
 
 def pick_prefix(backends: Sequence[BackendLoad], hits: Mapping[str, float], rng: random.Random,
                 weights: RoutingWeights, policy: PrefixPolicy,
-                exclude: frozenset[str] = frozenset(), prompt_tokens: int = 0) -> BackendLoad | None:
+                exclude: frozenset[str] = frozenset(), prompt_tokens: int = 0,
+                resident: Mapping[str, float] | None = None) -> BackendLoad | None:
     """The chosen ready backend not in `exclude` given each one's prefix `hits` (0..1) of a request of about
-    `prompt_tokens` tokens, or None."""
+    `prompt_tokens` tokens and, for an adapter's request, where the adapter is `resident` (0..1), or None."""
     candidates = [b for b in backends if b.ready and b.id not in exclude]
     gains = prefix_gains(candidates, hits, policy)
-    if not any(gains.values()):
+    held = prefix_gains(candidates, resident or {}, policy)
+    if not any(gains.values()) and not any(held.values()):
         return pick(candidates, rng, weights)
     work = {b.id: sent_work(uncached_tokens(prompt_tokens, hits.get(b.id, 0.0)), weights) for b in candidates}
     allowed = [b for b in candidates if within_cap(b, candidates, policy, work[b.id])]
     return min(rng.sample(allowed, len(allowed)),
-               key=lambda b: (prefix_score(b, gains[b.id], weights, policy, prompt_tokens), b.recent_work))
+               key=lambda b: (prefix_score(b, gains[b.id], weights, policy, prompt_tokens)
+                              - policy.prefix_weight * held[b.id], b.recent_work))
 
 
 def estimate_waiting(scraped_waiting: float, in_flight_now: int, in_flight_at_scrape: int,

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from floodway.operator import procs
 from floodway.operator.controller.loop import first_state, step, tick_status
-from floodway.operator.controller.scrape import scrape
+from floodway.operator.controller.scrape import scrape, scrape_adapters
 from floodway.operator.controller.status import Observation, now_rfc3339
 from floodway.operator.local.cluster_only import engine_env
 from floodway.operator.local.pool import EnginePool
@@ -68,14 +68,16 @@ class LocalRunner:
     def step(self) -> dict:
         """One tick: scrape, the loop's step, act on processes, and the status the operator would write."""
         _, _, starting = self.pool.counts()
-        wall = time.time()
-        s = step(self.spec, self.loop, scrape(self.pool.ready(), self.gateway.url if self.gateway else None,
+        wall, engines = time.time(), self.pool.ready()
+        s = step(self.spec, self.loop, scrape(engines, self.gateway.url if self.gateway else None,
                                               starting, wall, runtime=self.spec.engine.runtime), wall)
         self.loop = s.state
         self.pool.scale_to(s.decision.replicas)
         replicas, ready, _ = self.pool.counts()
+        names = [a.name for a in self.spec.adapters]
         seen = Observation(replicas=replicas, ready_replicas=ready,
-                           gateway_ready=self.gateway is not None and self.gateway.alive())
+                           gateway_ready=self.gateway is not None and self.gateway.alive(),
+                           adapters=scrape_adapters(engines, names) if names else None)
         self.status = tick_status(self.spec, s, seen, self.status, now_rfc3339(), None, "", self.url)
         self._write_status()
         return self.status

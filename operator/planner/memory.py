@@ -35,7 +35,8 @@ class WeightFormat:
 
 
 # Weight-only quantization methods (engine.quantization, `floodway plan --quantization`) and how each stores its
-# weights; none: float, in the compute dtype. auto and gguf: the checkpoint's own bits (CHECKPOINT_OWN).
+# weights; none: float, in the compute dtype. auto, gguf and compressed-tensors: the checkpoint's own bits
+# (CHECKPOINT_OWN).
 QUANTIZATIONS = {
     "none": None,
     "fp8": WeightFormat("fp8"),  # E4M3, a scale per tensor or per output channel
@@ -44,7 +45,7 @@ QUANTIZATIONS = {
     # AWQ and GPTQ checkpoints: an fp16 scale and a packed 4-bit zero point per 128 columns
     "awq": WeightFormat("int4", 128, 2.5), "gptq": WeightFormat("int4", 128, 2.5),
 }
-CHECKPOINT_OWN = ("auto", "gguf")
+CHECKPOINT_OWN = ("auto", "gguf", "compressed-tensors")
 
 
 def default_overhead_bytes(gpu_memory_bytes: int) -> int:

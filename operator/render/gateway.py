@@ -16,6 +16,7 @@ from floodway.operator.render.meta import (
     selector,
     spread,
 )
+from floodway.operator.render.runtime_args import max_loras
 from floodway.operator.render.security import LOCKED_CONTAINER, POD_SECURITY
 from floodway.operator.spec import InferenceServiceSpec
 from floodway.operator.spec.base import SpecModel
@@ -37,8 +38,11 @@ def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: 
     if spec.overflow.enabled:
         overflow.update(base_url=overflow["base_url"].rstrip("/"), model=overflow.get("model") or spec.model_name,
                         api_key_env=API_KEY_ENV)
+        if spec.autoscaling.priority == "budget":  # the budget wins: the gateway caps overflow at the share
+            overflow["max_share"] = spec.autoscaling.overflow_share
+    adapters = {"max_loras": max_loras(spec)} if spec.adapters else {}
     return {"host": host, "port": port, "served_models": [spec.model_name, *(a.name for a in spec.adapters)],
-            "backends": backends,
+            **adapters, "backends": backends,
             "engine_runtime": spec.engine.runtime, "routing": same_named(spec.gateway.routing, Routing),
             "slo": same_named(spec.slo, Slo), "overflow": overflow}
 

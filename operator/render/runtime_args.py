@@ -3,6 +3,7 @@
 import json
 from collections.abc import Callable
 
+from floodway.engine.spec_decode import config as spec_config
 from floodway.operator.runtimes import runtime
 from floodway.operator.spec import InferenceServiceSpec
 
@@ -19,6 +20,12 @@ def _speculative_config(spec: InferenceServiceSpec) -> list[str]:
     return [] if s is None else ["--speculative-config", json.dumps(s.model_dump(exclude_none=True))]
 
 
+def _scheduling_policy(spec: InferenceServiceSpec) -> list[str]:
+    # fcfs is both runtimes' behaviour without the flag; the spec refuses priority for the others.
+    p = spec.engine.scheduling_policy
+    return [] if p == "fcfs" else ["--scheduling-policy", p]
+
+
 def _vllm_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
     # vLLM's flags; our engine takes the same names.
     e = spec.engine
@@ -27,16 +34,21 @@ def _vllm_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
             "--max-num-batched-tokens", str(e.max_num_batched_tokens), "--block-size", str(e.block_size),
             "--gpu-memory-utilization", str(e.gpu_memory_utilization),
             "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
-            *_quantization(spec), *_speculative_config(spec)]
+            *_quantization(spec), *_speculative_config(spec), *_scheduling_policy(spec)]
+
+
+def max_loras(spec: InferenceServiceSpec) -> int:
+    """Adapters each engine holds resident at once: every one of the spec's (the gateway's config says the same)."""
+    return len(spec.adapters)
 
 
 def _lora(spec: InferenceServiceSpec, repeat_flag: bool) -> list[str]:
-    # Every adapter resident at once; our engine repeats --lora-modules, vLLM takes one flag with every item.
+    # Our engine repeats --lora-modules, vLLM takes one flag with every item.
     if not spec.adapters:
         return []
     items = [f"{name}={path}" for name, path in spec.adapter_sources()]
     modules = [a for item in items for a in ("--lora-modules", item)] if repeat_flag else ["--lora-modules", *items]
-    return ["--enable-lora", "--max-loras", str(len(items)), *modules]
+    return ["--enable-lora", "--max-loras", str(max_loras(spec)), *modules]
 
 
 def _drain_s(spec: InferenceServiceSpec) -> int:
@@ -89,6 +101,10 @@ def _llamacpp_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str
             "--batch-size", str(e.max_num_batched_tokens), "--metrics"]
     if spec.resources.gpus:
         args += ["--n-gpu-layers", "999"]  # every layer on the GPU
+    if e.speculative is not None:  # its prompt lookup matches one n-gram length: ours' shortest
+        n = e.speculative.prompt_lookup_min or spec_config.SpeculativeConfig.prompt_lookup_min
+        args += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(n),
+                 "--spec-ngram-simple-size-m", str(e.speculative.num_speculative_tokens)]
     return args + ([] if e.enable_prefix_caching else ["--no-cache-prompt"])
 
 

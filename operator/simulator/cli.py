@@ -49,9 +49,19 @@ def register(app: typer.Typer) -> None:
         prefix_cache: str = typer.Option(None, help="Model the replicas' prefix caches (traces with block ids: "
                                                     "mooncake) with the gateway routing on 'load' only or "
                                                     "'prefix'-aware; prints each replica's hit rate."),
-        overflow_share: float = typer.Option(None, help="Share of requests our policy may leave to the overflow "
-                                                        "API when it runs with overflow (0: pay all back; "
+        overflow_share: float = typer.Option(None, help="Share of requests and of tokens our policy may leave to the "
+                                                        "overflow API when it runs with overflow (0: pay all back; "
                                                         "default: the spec's autoscaling.overflowShare)."),
+        priority: str = typer.Option(None, help="What wins where the overflow budget and the SLO cannot both hold: "
+                                                "slo or budget (the gateway caps overflow at the share; default: the "
+                                                "spec's autoscaling.priority)."),
+        adapters: str = typer.Option(None, help="LoRA adapters' shares of the requests, e.g. "
+                                                "'support=0.3,legal=0.1' (the rest name the base model)."),
+        overflow_models: str = typer.Option(None, help="The gateway's overflow.models for adapters, e.g. "
+                                                       "'support=api-model': a request for an adapter without an "
+                                                       "entry never overflows."),
+        max_loras: int = typer.Option(None, min=1, help="Adapters each replica holds resident at once (the "
+                                                        "engines' --max-loras; default 1)."),
         scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: the vendored data/traces)."),
@@ -80,7 +90,8 @@ def register(app: typer.Typer) -> None:
                 waiting_includes_prefill=waiting_includes_prefill, scale_to_zero_s=scale_to_zero,
                 ttft_from_prefill_backlog=prefill_backlog_ttft, learned_prefill_rate=learned_prefill_rate,
                 prefill_budget=prefill_budget,
-                overflow_share=overflow_share, prefix=prefix_cache,
+                overflow_share=overflow_share, priority=priority, prefix=prefix_cache,
+                adapters=adapters, overflow_models=overflow_models, max_loras=max_loras,
                 static_peak=static_peak, traces_dir=traces_dir, seed=seed, gpu_price_per_hour=gpu_price_per_hour,
                 api_price_in=api_price_in, api_price_out=api_price_out)
             if sweep:
@@ -90,7 +101,7 @@ def register(app: typer.Typer) -> None:
                 unknown = set(family) - set(sw.FAMILY)
                 if unknown:
                     raise ValueError(f"not in the family: {sorted(unknown)}; choose from {', '.join(sw.FAMILY)}")
-                typer.echo(sw.HEADER)
+                typer.echo(sw.header(opts))
                 done = []
                 for row in sw.rows(opts, range(seeds), family, jobs):
                     typer.echo(sw.render(row))  # row by row: a sweep takes minutes

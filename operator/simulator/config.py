@@ -1,8 +1,11 @@
 """What a simulation runs with besides the trace and the scaler: the replicas' profile, cold start, SLO, the
-gateway's overflow rule and its predictions, the external API's latencies, prefix caching, and the prices."""
+gateway's overflow rule and its predictions, the external API's latencies, prefix caching, LoRA adapters, and the
+prices."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from floodway.engine.config import EngineConfig
 from floodway.operator.gateway import overflow as ov
 from floodway.operator.gateway.routing import PrefixPolicy
 from floodway.operator.planner.prices import Prices
@@ -36,5 +39,9 @@ class SimConfig:
     # Prefix caching in the replicas and the gateway's router: None (not modelled), "load" or "prefix".
     prefix: str | None = None
     prefix_policy: PrefixPolicy = field(default_factory=PrefixPolicy)
+    # LoRA adapters (traces.tag_adapters): each replica's resident slots (the gateway config's max_loras), and the
+    # gateway's overflow.models: a request for an adapter without an entry never overflows.
+    max_loras: int = EngineConfig.max_loras
+    overflow_models: Mapping[str, str] = field(default_factory=dict)
     # What replica-hours and overflowed tokens cost (the simulated spec's, planner.prices.spec_prices): the $ figures.
     prices: Prices = Prices(None, None, None)

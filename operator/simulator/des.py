@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from floodway.operator.autoscaler.policy import ScalerState
-from floodway.operator.autoscaler.signals import GatewaySample, Scrape, Signals, signals_between
+from floodway.operator.autoscaler.signals import Scrape, Signals, signals_between
 from floodway.operator.controller.scaling import instant_signals
 from floodway.operator.simulator.config import SimConfig
 from floodway.operator.simulator.gateway import SimGateway
@@ -61,7 +61,7 @@ class Simulation:
         self.cfg, self.scaler = config, scaler
         if config.prefix not in (None, "load", "prefix"):
             raise ValueError(f"prefix must be None, 'load' or 'prefix', got {config.prefix!r}")
-        self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, r.blocks) for r in trace]
+        self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, r.blocks, r.adapter) for r in trace]
         self.end = self.reqs[-1].arrival_s
         self.slots: list[ReplicaSlot] = []
         self.events: list = []
@@ -82,7 +82,7 @@ class Simulation:
         heapq.heappush(self.events, (t, self._seq, kind, data))
 
     def _new_slot(self, t: float) -> ReplicaSlot:
-        slot = ReplicaSlot(t)
+        slot = ReplicaSlot(t, name=str(len(self.slots)))
         self.slots.append(slot)
         return slot
 
@@ -139,9 +139,7 @@ class Simulation:
         """What the operator derives from its scrapes (engines' and the gateway's /metrics) at this tick; the
         busy share of each replica stands for the GPU utilisation HPA reads from its own exporter."""
         ready = self._routable()
-        scrape = Scrape(t, {str(id(s)): s.sample() for s in ready},
-                        GatewaySample(self.gateway.requests, self.gateway.overflowed, len(self.gateway.held),
-                                      dict(self.gateway.needed)),
+        scrape = Scrape(t, {str(id(s)): s.sample() for s in ready}, self.gateway.sample(),
                         sum(1 for s in self.slots if s.replica is None and s.ended_s is None))
         last, self.last_scrape = self.last_scrape, scrape
         sig = signals_between(last, scrape, self.cfg.ttft_slo_s, self.cfg.tpot_slo_s) \

@@ -1,11 +1,15 @@
 """The simulated gateway of des.py: it routes, predicts and overflows with the real gateway's functions.
 
 For each request it chooses a ready replica as BackendTable.choose does (routing.pick: power-of-two choices on the
-load score, from a seeded generator; routing.pick_prefix with `SimConfig.prefix` "prefix"), predicts the request's
+load score, from a seeded generator; routing.pick_prefix with `SimConfig.prefix` "prefix", and for a request naming a
+LoRA adapter, unless routing is on "load" only, with the replicas holding it as adapters.AdapterIndex tracks them
+from what was sent where), predicts the request's
 TTFT there (the prefill backlog over the rate the replica exports, or over the rate earlier answers showed, plus the
-wait for a batch slot or KV cache) and applies the real overflow rule: the request goes to that replica, to the
+wait for a batch slot or KV cache) and applies the real overflow rule (an adapter without a SimConfig.overflow_models
+entry never overflows: adapters.never_overflows): the request goes to that replica, to the
 external API (answered with SimConfig's fixed TTFT and TPOT), into the hold queue (retried each second) or is
-rejected. It keeps the counters the operator scrapes from a gateway.
+rejected; with a share limit (autoscaling.priority budget) it counts each request against the share as it arrives,
+as the gateway does. It keeps the counters the operator scrapes from a gateway (`sample`).
 """
 
 import math
@@ -13,10 +17,11 @@ from collections import deque
 from dataclasses import dataclass
 from random import Random
 
-from floodway.operator.autoscaler.signals import observe
+from floodway.operator.autoscaler.signals import GatewaySample, observe
 from floodway.operator.gateway import overflow as ov
 from floodway.operator.gateway import overflow_budget as ob
 from floodway.operator.gateway import ttft as tt
+from floodway.operator.gateway.adapters import AdapterIndex, adapter_hits, never_overflows
 from floodway.operator.gateway.routing import (
     BackendLoad,
     RoutingWeights,
@@ -50,16 +55,25 @@ class SimGateway:
         self.prefill_rate: float | None = None  # the learned rate, from its answers so far
         self._unsampled: list[tuple[SimRequest, float, float, int]] = []  # (request, backlog, sent at, uncached)
         self.requests = self.overflowed = 0  # its counters, as scraped
+        self.tokens = self.overflowed_tokens = self.declined = 0
         self.needed = dict.fromkeys((*ov.REPLICAS_NEEDED_BUCKETS, math.inf), 0)  # floodway_gateway_replicas_needed
+        self.adapters = AdapterIndex(cfg.max_loras)  # by slot name
 
     def on_finish(self, r: SimRequest) -> None:
         a = 0.2  # the gateway's EWMA weight (proxy.py), for the former TTFT prediction
         e2e = r.finish_s - r.arrival_s
         self.e2e_ewma = e2e if self.e2e_ewma is None else (1 - a) * self.e2e_ewma + a * e2e
 
+    def sample(self) -> GatewaySample:
+        """What the operator scrapes from the gateway now."""
+        return GatewaySample(self.requests, self.overflowed, len(self.held), dict(self.needed), self.tokens,
+                             self.overflowed_tokens, self.declined)
+
     def arrive(self, ready: list[ReplicaSlot], r: SimRequest, t: float) -> bool:
         """Route a new request; True when it is the first one held (the caller's cue to retry in a second)."""
         self.requests += 1
+        self.tokens += r.prompt + r.output
+        self.budget = ob.budget_arrive(self.budget, self.cfg.overflow.budget, r.prompt + r.output, t)
         if self._dispatch(ready, r, t, held=False):
             return False
         self.held.append(r)
@@ -84,10 +98,14 @@ class SimGateway:
         recent = [decayed(s.recent_work, t - s.recent_at, weights.recent_half_life_s) for s in ready]
         loads = [BackendLoad(str(i), True, 0, s.replica.waiting, s.replica.running, s.replica.kv_usage,
                              s.replica.backlog, recent[i]) for i, s in enumerate(ready)]
-        if self.cfg.prefix == "prefix" and r.blocks:
-            hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)}
-            chosen = pick_prefix(loads, hits, self.rng, weights, self.cfg.prefix_policy, prompt_tokens=r.prompt)
-            uncached = uncached_tokens(r.prompt, hits[chosen.id])
+        hits = {str(i): s.replica.cached_blocks(r.blocks) / len(r.blocks) for i, s in enumerate(ready)} \
+            if self.cfg.prefix == "prefix" and r.blocks else {}
+        holders = self.adapters.holders() if self.cfg.prefix != "load" else {}
+        resident = adapter_hits(r.adapter, {str(i): holders.get(s.name, ()) for i, s in enumerate(ready)})
+        if hits or resident:
+            chosen = pick_prefix(loads, hits, self.rng, weights, self.cfg.prefix_policy, prompt_tokens=r.prompt,
+                                 resident=resident)
+            uncached = uncached_tokens(r.prompt, hits.get(chosen.id, 0.0))
         else:
             chosen, uncached = pick(loads, self.rng, weights), r.prompt
         return SlotChoice(ready[int(chosen.id)], uncached, chosen.recent_work + sent_work(uncached, weights))
@@ -127,16 +145,21 @@ class SimGateway:
     def _dispatch(self, ready: list[ReplicaSlot], r: SimRequest, t: float, held: bool) -> bool:
         """Route one request by the gateway's overflow rule; False when it stays held."""
         pol = self.cfg.overflow
-        info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held)
+        info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held,
+                              unmapped_model=never_overflows(r.adapter, self.cfg.overflow_models))
         choice = self._choose(ready, r, t)
         pool = self._pool(ready, choice, t)
         need = None if held else ov.replicas_needed(pool, pol)
         if need is not None:
             observe(self.needed, need)
         d = ov.overflow_decision(pool, pol, info, t)
+        if d.reason == ov.SHARE_SPENT and not held:  # once per request, as the gateway counts it
+            self.declined += 1
         if d.target == "local":
             best = choice.slot
             best.recent_work, best.recent_at = choice.recent_work, t
+            if r.adapter is not None:
+                self.adapters.sent(best.name, r.adapter)
             r.where = "local"
             if not best.replica.fits(r):
                 r.where = "rejected"
@@ -151,6 +174,7 @@ class SimGateway:
             r.where, r.first_token_s = "overflow", t + self.cfg.external_ttft_s
             r.finish_s = r.first_token_s + max(r.output - 1, 0) * self.cfg.external_tpot_s
             self.overflowed += 1
+            self.overflowed_tokens += info.tokens
         elif d.target == "reject":
             r.where = "rejected"
         else:

@@ -93,10 +93,11 @@ class ReplicaProfile:
 
 
 class SimRequest:
-    __slots__ = ("arrival_s", "prompt", "output", "blocks", "left", "first_token_s", "finish_s", "where")
+    __slots__ = ("arrival_s", "prompt", "output", "blocks", "adapter", "left", "first_token_s", "finish_s", "where")
 
-    def __init__(self, arrival_s: float, prompt: int, output: int, blocks: tuple[int, ...] = ()):
-        self.arrival_s, self.prompt, self.output, self.blocks = arrival_s, prompt, output, blocks
+    def __init__(self, arrival_s: float, prompt: int, output: int, blocks: tuple[int, ...] = (),
+                 adapter: str | None = None):
+        self.arrival_s, self.prompt, self.output, self.blocks, self.adapter = arrival_s, prompt, output, blocks, adapter
         self.left = prompt  # prefill tokens still to compute
         self.first_token_s = self.finish_s = None
         self.where = ""  # "local", "overflow" or "rejected"

@@ -2,7 +2,6 @@
 
 from dataclasses import dataclass, replace
 
-from floodway.operator.gateway.overflow_budget import BudgetLimits
 from floodway.operator.planner.prices import spec_prices
 from floodway.operator.simulator import compare
 from floodway.operator.simulator.config import SimConfig
@@ -10,8 +9,15 @@ from floodway.operator.simulator.replica import ReplicaProfile
 from floodway.operator.simulator.report import plot, summarize, table
 from floodway.operator.simulator.scenarios import SCENARIOS, Scenario
 from floodway.operator.simulator.service import capacity_fields, policies, simulated_spec
+from floodway.operator.simulator.traces import (
+    adapter_shares,
+    parse_pairs,
+    rate_stats,
+    spread_ticks,
+    tag_adapters,
+    trace_from_spec,
+)
 from floodway.operator.simulator.traces import compress as compress_trace
-from floodway.operator.simulator.traces import rate_stats, spread_ticks, trace_from_spec
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,11 @@ class Options:
     prefill_budget: bool = True
     scale_to_zero_s: float | None = None
     overflow_share: float | None = None  # None: the spec's autoscaling.overflowShare
+    priority: str | None = None  # None: the spec's autoscaling.priority
     prefix: str | None = None  # SimConfig.prefix
+    adapters: str | None = None  # Scenario.adapters (None: the scenario's)
+    overflow_models: str | None = None  # the gateway's overflow.models, 'support=api-model,...' (SimConfig's)
+    max_loras: int | None = None  # SimConfig.max_loras (None: its default)
     static_peak: int | None = None
     traces_dir: str | None = None
     seed: int = 0
@@ -69,6 +79,9 @@ def prepare(opts: Options):
     if sc.spread_tick_s:
         trace = spread_ticks(trace, sc.spread_tick_s, opts.seed)
     trace = compress_trace(trace, _pick(opts.compress, sc.compress))
+    adapters = _pick(opts.adapters, sc.adapters)
+    if adapters:
+        trace = tag_adapters(trace, adapter_shares(adapters), opts.seed)
     profile = ReplicaProfile.from_json(opts.profile) if opts.profile else ReplicaProfile()
     profile = replace(profile, max_num_seqs=_pick(opts.max_num_seqs, sc.max_num_seqs))
     ttft, tpot = _pick(opts.ttft_slo_s, sc.ttft_slo_s), _pick(opts.tpot_slo_s, sc.tpot_slo_s)
@@ -76,16 +89,18 @@ def prepare(opts: Options):
         raise ValueError("cold start must be >= 0 seconds")
     spec = simulated_spec(profile, ttft, tpot, opts.attainment, opts.target_concurrency,
                           opts.scale_to_zero_s, opts.overflow_max_waiting, opts.gpu_price_per_hour,
-                          opts.api_price_in, opts.api_price_out)
+                          opts.api_price_in, opts.api_price_out, opts.overflow_share, opts.priority)
     ours, overflow = policies(spec)
-    ours = replace(ours, overflow_share=_pick(opts.overflow_share, ours.overflow_share))
-    overflow = replace(overflow, enabled=False, budget=BudgetLimits(max_requests_per_minute=opts.overflow_rpm),
+    overflow = replace(overflow, enabled=False,
+                       budget=replace(overflow.budget, max_requests_per_minute=opts.overflow_rpm),
                        predicted_ttft_factor=_pick(opts.overflow_ttft_factor, overflow.predicted_ttft_factor))
     cfg = SimConfig(profile=profile, cold_start_s=opts.cold_start_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
                     waiting_includes_prefill=opts.waiting_includes_prefill,
                     ttft_from_prefill_backlog=opts.ttft_from_prefill_backlog,
                     learned_prefill_rate=opts.learned_prefill_rate, prefill_budget=opts.prefill_budget,
-                    prefix=opts.prefix, overflow=overflow, prices=spec_prices(spec))
+                    prefix=opts.prefix, overflow=overflow, prices=spec_prices(spec),
+                    overflow_models=parse_pairs(opts.overflow_models or "", "overflow models"),
+                    max_loras=_pick(opts.max_loras, SimConfig.max_loras))
     specs = [p if not opts.overflow or p.endswith(compare.OVERFLOW_SUFFIX) else p + compare.OVERFLOW_SUFFIX
              for p in opts.policies]
     for p in specs:

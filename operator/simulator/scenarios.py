@@ -16,6 +16,7 @@ class Scenario:
     ttft_slo_s: float = 0.5
     tpot_slo_s: float = 0.05
     max_num_seqs: int = 64
+    adapters: str | None = None  # LoRA adapters' shares of the requests, 'support=0.3,legal=0.1' (traces.tag_adapters)
 
 
 SCENARIOS = {

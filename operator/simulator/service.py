@@ -30,7 +30,8 @@ def capacity_fields(profile: ReplicaProfile, tpot_slo_s: float) -> dict:
 def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float, attainment: float,
                    target_concurrency: float | None = None, scale_to_zero_s: float | None = None,
                    max_waiting_per_replica: float | None = None, gpu_hourly_price: float | None = None,
-                   api_price_in: float | None = None, api_price_out: float | None = None) -> InferenceServiceSpec:
+                   api_price_in: float | None = None, api_price_out: float | None = None,
+                   overflow_share: float | None = None, priority: str | None = None) -> InferenceServiceSpec:
     """The spec of the simulated service; None settings keep the spec's defaults. Its replicas run on the
     profile's GPU type, whose table price holds unless `gpu_hourly_price` is given."""
     overflow = {**SIMULATED_API, "pricing": {"inputPerMillionTokens": api_price_in,
@@ -42,6 +43,10 @@ def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float
         autoscaling["targetConcurrency"] = target_concurrency
     if scale_to_zero_s is not None:
         autoscaling["scaleToZeroAfterSeconds"] = scale_to_zero_s
+    if overflow_share is not None:
+        autoscaling["overflowShare"] = overflow_share
+    if priority is not None:
+        autoscaling["priority"] = priority
     return InferenceServiceSpec.model_validate({
         "model": profile.model,
         "engine": {"maxNumSeqs": profile.max_num_seqs, "maxNumBatchedTokens": profile.max_num_batched_tokens},

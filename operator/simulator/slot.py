@@ -15,6 +15,7 @@ class ReplicaSlot:
     and what the gateway keeps of it."""
 
     started_s: float
+    name: str = ""  # its backend id at the gateway
     replica: Replica | None = None  # set when ready
     ended_s: float | None = None
     draining: bool = False

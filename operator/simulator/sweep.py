@@ -1,13 +1,15 @@
 """`floodway simulate --sweep`: our policy against the bound (bound.py) and the baselines over the trace family
-(scenarios.FAMILY) and seeds, one table, with issue 15's targets checked per row."""
+(scenarios.FAMILY) and seeds, one table, with issue 15's targets checked per row (overflow in requests and in
+tokens), and ours under the other autoscaling.priority beside it."""
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from floodway.operator.simulator import bound, compare
 from floodway.operator.simulator.report import Summary, money, summarize
 from floodway.operator.simulator.run import Options, prepare
 from floodway.operator.simulator.scenarios import FAMILY, SEEDED
+from floodway.operator.spec.models import AutoscalingSpec
 
 OURS = "floodway+overflow"
 BASELINES = ("hpa", "keda", "kpa")
@@ -30,14 +32,18 @@ class Row:
     # the reactive schedules that meet 99% with <= 5% overflow within BOUND_FACTOR x the bound
     reactive_meeting: frozenset[str] = frozenset()
     cheapest: Summary | None = None  # the bound's schedule with the least dollars at >= 99% (bound.cheapest_schedule)
+    other: Summary | None = None  # ours under the other autoscaling.priority (other_priority)
 
     def own_misses(self) -> list[str]:
-        """The targets of our policy's own (attainment, overflow, the bound) this row misses."""
+        """The targets of our policy's own (attainment, overflow in requests and in tokens, the bound) this row
+        misses."""
         o, out = self.ours, []
         if o.attainment < bound.ATTAINMENT:
             out.append(f"attainment {o.attainment:.2%}")
         if o.overflow_share > bound.MAX_OVERFLOW:
             out.append(f"overflow {o.overflow_share:.1%}")
+        if o.overflow_token_share > bound.MAX_OVERFLOW:  # the budget counts tokens too (a long prompt spends more)
+            out.append(f"tokens overflowed {o.overflow_token_share:.1%}")
         if self.bound_hours is None or o.replica_hours > BOUND_FACTOR * self.bound_hours:
             out.append("replica-hours vs bound")
         return out
@@ -99,11 +105,18 @@ def static_within_budget(trace, cfg, bound_hours: float | None) -> tuple[int, Su
     return (n, bound.run_schedule(trace, bound.Schedule((0.0,), (n,)), cfg)) if n >= 1 else None
 
 
+def other_priority(opts: Options) -> str:
+    """The autoscaling.priority the sweep runs ours with beside the one it runs: what the other choice costs."""
+    return "budget" if (opts.priority or AutoscalingSpec().priority) == "slo" else "slo"
+
+
 def run_one(scenario: str, seed: int, base: Options) -> Row:
     opts = Options(**{**vars(base), "scenario": scenario, "seed": seed, "trace": None})
     trace, cfg, ours, _, _ = prepare(opts)
     sizing = compare.size(trace, cfg, ours.slo_attainment)
     _, results = compare.run(trace, [OURS, *BASELINES], cfg, ours, sizing)
+    _, other_cfg, other_ours, _, _ = prepare(replace(opts, priority=other_priority(opts)))
+    other = summarize(compare.run(trace, [OURS], other_cfg, other_ours, sizing)[1][0])
     sums = {r.name: summarize(r) for r in results}
     schedules = [(n, bound.run_schedule(trace, s, cfg))
                  for n, s in bound.schedules(trace, sizing.static_peak, cfg.cold_start_s,
@@ -117,7 +130,7 @@ def run_one(scenario: str, seed: int, base: Options) -> Row:
     cheapest = bound.cheapest_schedule(schedules)
     return Row(scenario, seed, len(trace), sums[OURS], bound_hours, {b: sums[b] for b in BASELINES},
                static_within_budget(trace, cfg, bound_hours), reach, reacting and reacting[1].replica_hours, meeting,
-               cheapest and cheapest[1])
+               cheapest and cheapest[1], other)
 
 
 def _run_one(args) -> Row:
@@ -148,9 +161,12 @@ def render(row: Row) -> str:
         dollars += f" | {money(cheapest.per_1k()[2])} ({row.cheapest.overflow_share:.1%} overflow)"
     else:
         dollars += " | -"
+    a = row.other
+    other = f"{a.attainment:.2%} / {a.overflow_share:.1%} / {a.overflow_token_share:.1%} / {a.replica_hours:.2f}" \
+        if a else "-"
     return (f"| {row.scenario} | {row.seed} | {row.requests} | {o.attainment:.2%} | {o.overflow_share:.1%} | "
             f"{o.overflow_token_share:.1%} | {o.replica_hours:.2f} | {dollars} | "
-            f"{row.bound_hours or float('nan'):.2f} | {ratio} | {base} | {static} | {row.verdict()} |")
+            f"{row.bound_hours or float('nan'):.2f} | {ratio} | {base} | {static} | {other} | {row.verdict()} |")
 
 
 def tally(rows: list[Row]) -> str:
@@ -182,8 +198,10 @@ def tally(rows: list[Row]) -> str:
         f"reactive schedule of the bound's on {best_n} ({best.removeprefix(bound.REACTIVE)})"])
 
 
-HEADER = ("| scenario | seed | requests | attainment | overflow | overflow tokens | replica-hours | "
-          "$/1k self-hosted / overflow / total | cheapest schedule's $/1k at >= 99% | bound | vs bound | "
-          + " | ".join(f"{b} att. / hours" for b in BASELINES)
-          + f" | static pool within {BOUND_FACTOR:g}x bound: replicas: att. / overflow | targets |\n"
-          + "|---" * (13 + len(BASELINES)) + "|")
+def header(base: Options) -> str:
+    return ("| scenario | seed | requests | attainment | overflow | overflow tokens | replica-hours | "
+            "$/1k self-hosted / overflow / total | cheapest schedule's $/1k at >= 99% | bound | vs bound | "
+            + " | ".join(f"{b} att. / hours" for b in BASELINES)
+            + f" | static pool within {BOUND_FACTOR:g}x bound: replicas: att. / overflow | ours with priority "
+            f"{other_priority(base)}: att. / overflow / tokens / hours | targets |\n"
+            + "|---" * (14 + len(BASELINES)) + "|")

@@ -2,7 +2,8 @@
 
 A trace is a list of TraceRequest(arrival_s, prompt_tokens, output_tokens) sorted by arrival, starting near 0;
 Mooncake's requests also carry their prompt's block ids (`blocks`, BLOCK_TOKENS tokens each), shared where
-requests share a prefix.
+requests share a prefix. `tag_adapters` names a LoRA adapter in a share of the requests (`adapter`; None: the base
+model).
 """
 
 import csv
@@ -31,6 +32,7 @@ class TraceRequest:
     prompt_tokens: int
     output_tokens: int
     blocks: tuple[int, ...] = ()  # the prompt's block ids, BLOCK_TOKENS each (empty: unknown)
+    adapter: str | None = None  # the LoRA adapter the request names (None: the base model)
 
 
 def traces_dir(explicit: str | os.PathLike | None = None) -> Path:
@@ -233,6 +235,45 @@ def long_context(duration_s: float = 1800.0, low_rate: float = 1.0, high_rate: f
         return (min(max_prompt, _lognormal(rng, prompt_median, prompt_sigma)),
                 _lognormal(rng, output_median, output_sigma))
     return _poisson(rate, duration_s, seed, 0, 0, max(low_rate, high_rate), sizes)
+
+
+def parse_pairs(text: str, what: str) -> dict[str, str]:
+    """'a=x,b=y' -> {a: x, b: y}; ValueError naming `what` and the bad item."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value or name in out:
+            raise ValueError(f"{what}: expected distinct name=value items, got {item!r}")
+        out[name] = value
+    return out
+
+
+def adapter_shares(text: str) -> dict[str, float]:
+    """'support=0.3,legal=0.1' -> each adapter's share of the requests (together at most 1; the rest: the base)."""
+    try:
+        shares = {name: float(v) for name, v in parse_pairs(text, "adapters").items()}
+    except ValueError as e:
+        raise ValueError(f"adapters {text!r}: name=share items with shares in (0, 1] ({e})") from None
+    if not shares or min(shares.values()) <= 0 or sum(shares.values()) > 1 + 1e-9:
+        raise ValueError(f"adapters {text!r}: shares must be > 0 and add up to at most 1")
+    return shares
+
+
+def tag_adapters(trace: list[TraceRequest], shares: dict[str, float], seed: int = 0) -> list[TraceRequest]:
+    """Each request names adapter a with probability shares[a] (else the base model). An adapter's prompt blocks
+    are its own: the engine never shares prefix-cache blocks across adapters."""
+    rng = random.Random(seed)
+    out = []
+    for r in trace:
+        u, adapter = rng.random(), None
+        for name, share in shares.items():
+            if u < share:
+                adapter = name
+                break
+            u -= share
+        blocks = r.blocks if adapter is None else tuple(hash((adapter, b)) for b in r.blocks)
+        out.append(replace(r, adapter=adapter, blocks=blocks))
+    return out
 
 
 def burstiness(trace: list[TraceRequest], window_s: float = 1.0) -> float:

@@ -158,10 +158,17 @@ def _runtime_rules() -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+# The runtimes that take vLLM's --scheduling-policy priority (render/runtime_args.py).
+PRIORITY_RUNTIMES = ("floodway", "vllm")
+
+
 class EngineSpec(SpecModel):
     """How each engine replica serves the model."""
 
-    RULES: ClassVar = _runtime_rules()
+    RULES: ClassVar = (*_runtime_rules(), Rule(
+        f"self.schedulingPolicy == 'fcfs' || self.runtime in {list(PRIORITY_RUNTIMES)}",
+        f"engine.schedulingPolicy priority is served by engine.runtime {' / '.join(PRIORITY_RUNTIMES)}",
+        lambda e: e.scheduling_policy == "fcfs" or e.runtime in PRIORITY_RUNTIMES))
 
     runtime: Literal["floodway", "vllm", "sglang", "tgi", "llamacpp"] = "floodway"
     """Serving engine: `floodway` (ours), `vllm`, `sglang`, `tgi` (Hugging Face TGI) or `llamacpp` (llama.cpp's
@@ -170,12 +177,12 @@ class EngineSpec(SpecModel):
     """Container image; defaults to the operator's image for the runtime."""
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
     """Weights and activations precision; auto picks bfloat16 on GPUs and float32 on CPUs."""
-    quantization: Literal["auto", "none", "gguf", "int8", "int4", "awq", "gptq", "fp8"] = "auto"
+    quantization: Literal["auto", "none", "gguf", "int8", "int4", "awq", "gptq", "compressed-tensors", "fp8"] = "auto"
     """Weights' format (vLLM's --quantization): auto, the checkpoint's own (a GGUF file's types, a
     quantization_config's method); none, float; gguf, a .gguf file as it ships; int8 or int4, weight-only with
-    group scales, quantized at load of a float checkpoint; awq, gptq or fp8 checkpoints (fp8 also quantizes a
-    float one at load). What each runtime takes: docs/guides/runtimes.md. The FitsGPU check sizes the weights
-    by it."""
+    group scales, quantized at load of a float checkpoint; awq, gptq, compressed-tensors or fp8 checkpoints (fp8
+    also quantizes a float one at load). What each runtime takes: docs/guides/runtimes.md. The FitsGPU check
+    sizes the weights by it."""
     max_model_len: int = Field(4096, ge=1)
     """Longest sequence (prompt plus output tokens) a request may have."""
     max_num_seqs: int = Field(64, ge=1)
@@ -188,6 +195,11 @@ class EngineSpec(SpecModel):
     """Share of GPU memory the engine may use for weights, activations and KV cache."""
     enable_prefix_caching: bool = True
     """Reuse KV blocks of shared prompt prefixes."""
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    """Which request the engine serves first (vLLM's --scheduling-policy): fcfs, by arrival; priority, by each
+    request's `priority` field (lower first, ties by arrival; fcfs refuses any but 0), the lowest-priority running
+    requests preempted first, and in our engine a prompt being prefilled yields to higher-priority arrivals.
+    Runtimes floodway and vllm."""
     port: int = Field(8000, ge=1, le=65535)
     """Container port of the OpenAI-compatible API."""
     startup_timeout_seconds: int = Field(1800, ge=30)
@@ -334,9 +346,18 @@ class AutoscalingSpec(SpecModel):
     prefillTokensPerSecond): a replica is sized for at most this many requests in flight (targetConcurrency
     where that is fewer). 0: targetConcurrency alone."""
     overflow_share: float = Field(0.04, ge=0, lt=1)
-    """With overflow enabled, the share of requests the autoscaler may leave to the overflow API instead of
-    paying every overflow back with replicas (an overflow budget: once the share spent over the last half hour
-    exceeds it, the autoscaler holds capacity as with 0). 0: pay all back."""
+    """With overflow enabled, the overflow budget: the share of the requests, and of their tokens (prompt plus
+    completion, as the gateway estimates them), that may go to the overflow API over the last half hour (decayed), so
+    a long prompt spends it by its tokens. The autoscaler leaves that share of requests to the API instead of paying
+    every overflow back with replicas; once more is spent, it holds capacity as with 0. Where holding the budget
+    would break the SLO, `priority` says which wins; the condition OverflowBudget reports the share spent in both
+    units. 0: pay all back (with priority budget: no overflow)."""
+    priority: Literal["slo", "budget"] = "slo"
+    """What wins when the overflow budget and the SLO cannot both hold (a burst shorter than a cold start, replicas.max
+    reached, prompts too long for any replica to prefill within slo.ttftMs): slo overflows what local capacity cannot
+    serve within the SLO, past the budget if need be; budget caps overflow at overflowShare in the gateway (requests
+    past it are served locally, late), so the budget holds from the service's start. The condition OverflowBudget
+    says which the policy chose (BudgetExceededForSLO, SLOMissedForBudget)."""
 
 
 class OverflowPricing(SpecModel):
@@ -476,12 +497,14 @@ class InferenceServiceSpec(SpecModel):
         f"resources.gpus > 1 needs tensor parallelism, which engine.runtime {' / '.join(SINGLE_GPU_RUNTIMES)} "
         "lacks: use gpus: 1 and more replicas",
         lambda s: s.engine.runtime not in SINGLE_GPU_RUNTIMES or s.resources.gpus <= 1),
-        Rule("self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name) && a.name != self.model "
-             "&& (!has(self.servedModelName) || a.name != self.servedModelName))",
+        # has(): a list the user left out is absent in the API server's object (no default is stored), and a CEL
+        # rule that reads an absent field fails the request.
+        Rule("!has(self.adapters) || self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name) "
+             "&& a.name != self.model && (!has(self.servedModelName) || a.name != self.servedModelName))",
              "adapters[].name must be unique and differ from the served model name",
              lambda s: len({a.name for a in s.adapters}) == len(s.adapters)
              and s.model_name not in {a.name for a in s.adapters} and s.model not in {a.name for a in s.adapters}),
-        Rule(f"size(self.adapters) == 0 || self.engine.runtime in {list(LORA_RUNTIMES)}",
+        Rule(f"!has(self.adapters) || size(self.adapters) == 0 || self.engine.runtime in {list(LORA_RUNTIMES)}",
              f"adapters are served by engine.runtime {' / '.join(LORA_RUNTIMES)} (--enable-lora --lora-modules)",
              lambda s: not s.adapters or s.engine.runtime in LORA_RUNTIMES),)
 
@@ -493,7 +516,8 @@ class InferenceServiceSpec(SpecModel):
     model_shape: ModelShapeSpec | None = None
     """The model's shape, for the FitsGPU check when its config.json is out of the operator's reach."""
     adapters: list[AdapterSpec] = Field(default_factory=list, max_length=64)
-    """LoRA adapters each engine serves from startup, batched with the base model's requests."""
+    """LoRA adapters each engine serves from startup, batched with the base model's requests. One that does not load
+    is left out while the base model serves on; status.adapters and the AdaptersReady condition name it and why."""
     image_pull_secrets: list[str] = Field(default_factory=list)
     """Names of Secrets for pulling the engine and gateway images from a private registry."""
     engine: EngineSpec = _section(EngineSpec, "How each engine replica serves the model.")

@@ -36,6 +36,26 @@ class ObservedSignals(SpecModel):
     """Share of requests sent to the overflow API."""
 
 
+class MissingAdapter(SpecModel):
+    """An adapter of spec.adapters that a replica does not serve."""
+
+    name: str
+    reason: str = ""
+    """Why, as the engine said it (e.g. no adapter_config.json, a rank above --max-lora-rank, a different base
+    model), or that it is not listed in /v1/models."""
+
+
+class ReplicaAdapters(SpecModel):
+    """The LoRA adapters one ready engine replica serves, as its /v1/models lists them."""
+
+    replica: str
+    """The engine pod."""
+    loaded: list[str] = Field(default_factory=list)
+    """Adapters it serves: those of spec.adapters that loaded, and any loaded since through its load endpoint."""
+    missing: list[MissingAdapter] = Field(default_factory=list)
+    """Adapters of spec.adapters it does not serve; the base model and the other adapters serve on."""
+
+
 class InferenceServiceStatus(SpecModel):
     """Observed state of the service."""
 
@@ -53,5 +73,9 @@ class InferenceServiceStatus(SpecModel):
     last_scale_time: str | None = Field(None, json_schema_extra={"format": "date-time"})
     last_scale_reason: str | None = None
     observed: ObservedSignals = Field(default_factory=ObservedSignals)
+    adapters: list[ReplicaAdapters] = Field(default_factory=list, json_schema_extra={
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["replica"]})
+    """Per ready engine replica, the LoRA adapters it serves (with spec.adapters; the AdaptersReady condition sums
+    them up)."""
     conditions: list[Condition] = Field(default_factory=list, json_schema_extra={
         "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})

@@ -59,10 +59,16 @@ OVERFLOW_RULE = "overflow.baseURL and overflow.apiKeySecretRef are required when
                                                    "promptLookupMax": 3}}}, "tgi takes no engine.speculative."),
     ({"engine": {"runtime": "sglang", "speculative": {"method": "ngram", "numSpeculativeTokens": 2}}},
      "engine.runtime sglang takes no engine.speculative"),
+    ({"adapters": [{"name": "a", "source": "x"}, {"name": "a", "source": "y"}]},
+     "adapters[].name must be unique and differ from the served model name"),
+    ({"adapters": [{"name": "floodway/tiny-llama", "source": "x"}]},
+     "adapters[].name must be unique and differ from the served model name"),
+    ({"adapters": [{"name": "a", "source": "x"}], "engine": {"runtime": "tgi"}},
+     "adapters are served by engine.runtime"),
 ], ids=["min>max", "ttft0", "tpot<0", "runtime", "no-baseURL", "no-key", "maxModelLen0", "gpus<0", "gpus>1-no-tp",
         "claim-dotdot", "claim-abs", "env-both", "env-none", "cpu", "surge", "unavailable", "mode", "quantization",
         "llamacpp-int4", "vllm-int8", "draft-no-model", "lookup-min>max", "spec-tokens>16", "tgi-lookup",
-        "sglang-spec"])
+        "sglang-spec", "adapter-twice", "adapter-is-base", "adapter-tgi"])
 def test_bad_spec_is_refused_by_the_api_server_and_by_the_local_parser(cluster, ns, bad, message):
     doc = manifest("bad", **bad)
     refused = cluster.kubectl("create", "-f", "-", input=json.dumps(doc), check=False)
@@ -102,6 +108,14 @@ def test_defaults_explain_scale_and_printer_columns(cluster, ns):
     assert header[:4] == ["NAME", "MODEL", "READY", "DESIRED"] and "URL" not in header
     wide = cluster.kubectl("-n", ns, "get", "inferenceservice", "defaults", "-o", "wide").stdout.splitlines()[0]
     assert "REASON" in wide.split() and "URL" in wide.split()
+
+
+def test_a_spec_with_and_without_adapters_is_accepted(cluster, ns):
+    # Without: the adapter rules must not read the absent list (a CEL error refuses the object).
+    for doc in (manifest("no-adapters"), manifest("adapters", adapters=[{"name": "a", "source": "org/a-lora"}],
+                                                   engine={"runtime": "vllm"})):
+        parse(doc)
+        cluster.kubectl("-n", ns, "apply", "--dry-run=server", "-f", "-", input=json.dumps(doc))
 
 
 def test_each_runtime_accepts_the_quantization_and_speculation_it_honours(cluster, ns):

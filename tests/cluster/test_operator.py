@@ -2,8 +2,8 @@
 has) against the real control plane: it applies what render() renders, kwok pods become Ready, status and
 printer columns follow; the autoscaling loop follows a test-controlled metrics source; deleting the
 InferenceService collects what it owned; a restart in the middle of a reconcile converges without duplicates;
-autoscaling.mode external follows the scale subresource (kubectl scale, a real HPA); a missing claim and an
-object the operator did not create are named in conditions and events."""
+autoscaling.mode external follows the scale subresource (kubectl scale, a real HPA); a missing claim, an
+object the operator did not create and an adapter the engines did not load are named in conditions and events."""
 
 import json
 import threading
@@ -240,12 +240,50 @@ def test_an_object_the_operator_did_not_create_is_not_adopted(cluster, operator,
     cluster.kubectl("-n", NS, "delete", "service", "taken")
 
 
+def models_page(*adapters: str) -> dict:
+    """An engine's /v1/models (vLLM's shape: adapters name the base model as `parent`)."""
+    base = "floodway/tiny-llama"
+    return {"object": "list", "data": [{"id": base, "object": "model", "parent": None},
+                                       *({"id": a, "object": "model", "parent": base} for a in adapters)]}
+
+
+def test_a_bad_adapter_is_a_condition_and_an_event_while_the_base_model_serves(cluster, operator, metrics):
+    """Every engine pod serves `fmt` but not `sql` (our engine's /debug/engine says why): status.adapters and the
+    AdaptersReady condition, accepted by the API server as the CRD's status schema, name it; Ready stays True."""
+    reason = "'/models/adapters/sql' has no adapter_config.json (a PEFT adapter folder has it)"
+    metrics.pages = {"/v1/models": models_page("fmt"), "/debug/engine": {"failed_lora_adapters": [
+        {"name": "sql", "path": "/models/adapters/sql", "reason": reason}]}}
+    try:
+        apply(cluster, isvc("lora", metrics.port, autoscaling={"intervalSeconds": 1},
+                            adapters=[{"name": "fmt", "source": "adapters/fmt"},
+                                      {"name": "sql", "source": "adapters/sql"}]))
+        pod = cluster.wait_until("1 engine pod Running", lambda: (p := engine_pods(cluster, "lora", metrics))
+                                 and p[0]["metadata"]["name"])
+        cond = cluster.wait_until("AdaptersReady False", lambda: (c := condition(cluster, "lora", "AdaptersReady"))
+                                  and c["status"] == "False" and c, 60)
+        assert cond["reason"] == "AdapterLoadFailed" and "adapter 'sql'" in cond["message"] and reason in \
+            cond["message"], cond
+        st = cluster.wait_until("Ready", lambda: is_ready(s := status(cluster, "lora")) and s, 60)
+        assert st["adapters"] == [{"replica": pod, "loaded": ["fmt"], "missing": [{"name": "sql", "reason": reason}]}]
+        event = cluster.wait_until("an AdapterLoadFailed event", lambda: events(cluster, "lora", "AdapterLoadFailed"))
+        assert event[0]["type"] == "Warning" and "adapter 'sql'" in event[0]["message"]
+
+        metrics.pages = {"/v1/models": models_page("fmt", "sql")}  # loaded since (the engine's load endpoint)
+        cluster.wait_until("AdaptersReady True", lambda: (c := condition(cluster, "lora", "AdaptersReady"))
+                           and c["status"] == "True", 60)
+        assert status(cluster, "lora")["adapters"] == [{"replica": pod, "loaded": ["fmt", "sql"]}]
+    finally:
+        metrics.pages = {}
+    cluster.kubectl("-n", NS, "delete", "inferenceservice", "lora", "--wait=false")
+
+
 class Metrics:
     """The test-controlled metrics source: Prometheus text on every engine pod's /metrics (one listener per pod
     IP; kwok hands them out from a loopback range) and on the gateway URL the operator is given."""
 
     def __init__(self, port: int):
         self.port, self.servers = port, {}
+        self.pages: dict[str, dict] = {}  # more paths, answered with JSON: an engine's /v1/models, /debug/engine
         self.set(waiting=0, running=0)
 
     def set(self, waiting: float, running: float) -> None:
@@ -260,7 +298,8 @@ class Metrics:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 (http.server's naming)
-                body = source.text.encode() if self.path == "/metrics" else b""
+                page = source.pages.get(self.path)
+                body = source.text.encode() if self.path == "/metrics" else json.dumps(page).encode() if page else b""
                 self.send_response(200 if body else 404)
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()

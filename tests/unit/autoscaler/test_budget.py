@@ -5,11 +5,12 @@ histogram."""
 from dataclasses import replace
 
 import pytest
-from floodway.operator.autoscaler.budget import overflow_if, service_attainment
+from floodway.operator.autoscaler.budget import allowed_share, excess_overflow_rate, overflow_if, service_attainment
 from floodway.operator.autoscaler.policy import ScalerState, decide
 from floodway.operator.autoscaler.signals import observe
 from floodway.operator.controller.scaling import default_policy
 from floodway.operator.gateway.overflow import REPLICAS_NEEDED_BUCKETS
+from floodway.operator.gateway.overflow_budget import spent_shares
 
 from tests.unit.autoscaler.conftest import TOKENS, P, run, sig
 
@@ -168,3 +169,33 @@ def test_with_a_budget_the_last_bursts_hold_the_pool_while_a_smaller_one_would_h
     assert quiet[-1].replicas < 4
     first = next(i for i, d in enumerate(quiet) if d.replicas < 4) * budget.interval_seconds + 3605
     assert first > 3600 - 300 + 20 + budget.token_stabilization_s  # the last burst ended at 3320 s
+
+
+def test_the_spend_counts_tokens_and_the_policy_pays_back_requests():
+    # Half an hour at 3% of requests overflowed, within the 5% share, but those are the long prompts: 20% of the
+    # tokens. The spend says so (the OverflowBudget condition reads it); the allowance follows the requests, as
+    # replicas cannot bring back prompts too long for any of them to prefill within the SLO.
+    long = lambda t, n: sig(3, running=20, attainment=1.0, arrival_rate=10.0, finished_rate=9.7,  # noqa: E731
+                            overflow_rate=0.3, request_token_rate=100_000.0, overflow_token_rate=20_000.0)
+    state = run(B, ScalerState(3), long, 0, 1800)[-1].state
+    assert spent_shares(state.spent.share) == pytest.approx((0.03, 0.2))
+    assert allowed_share(state.spent, 0.05, "slo") == pytest.approx(0.07)
+    # Where the gateway caps overflow at the share (priority budget) the policy plans for no more than the share.
+    assert allowed_share(state.spent, 0.05, "budget") == pytest.approx(0.05)
+
+
+def test_requests_kept_from_overflowing_count_as_overflow_beyond_the_allowed_share():
+    # 10 req/s, 0.5 overflowed and 1.0 kept local by the gateway's spent share (priority budget): with 10% allowed
+    # (1 req/s), 0.5 req/s wanted the API beyond it.
+    s = sig(3, arrival_rate=10.0, overflow_rate=0.5)
+    assert excess_overflow_rate(s, 0.1) == 0.0
+    assert excess_overflow_rate(replace(s, declined_rate=1.0), 0.1) == pytest.approx(0.5)
+
+
+def test_requests_the_gateway_kept_from_overflowing_add_a_replica_while_the_slo_is_missed():
+    # Priority budget: the gateway's share is spent and it keeps 0.5 req/s local that its triggers would have
+    # overflowed; attainment falls short. Nothing queues beyond a replica's worth, yet that is the shortage.
+    s = sig(3, running=28, waiting=2, attainment=0.9, arrival_rate=10.0, finished_rate=10.0, window_s=5.0)
+    assert decide(ScalerState(3), s, B, 0).replicas == 3
+    d = decide(ScalerState(3), replace(s, declined_rate=0.5), B, 0)
+    assert d.replicas == 4 and d.reason.startswith("scale up: SLO attainment 0.900")

@@ -173,3 +173,16 @@ def test_observe_counts_a_value_in_every_bucket_at_or_above_it():
     for value in (0.5, 1.0, 1.5, 7.0):
         observe(hist, value)
     assert hist == {1.0: 2, 2.0: 3, float("inf"): 4}
+
+
+def test_the_gateway_s_token_and_declined_counters_arrive_as_rates():
+    # The gateway's own counters (metrics.py), rendered and parsed: the overflow budget's token share and the
+    # requests its share kept local.
+    from floodway.operator.gateway.metrics import GatewayMetrics
+    m = GatewayMetrics()
+    old = Scrape(0.0, {}, parse_gateway(m.render().decode()))
+    m.request_tokens.inc(50_000)
+    m.overflow_tokens.inc(20_000)
+    m.overflow_declined.inc(3)
+    s = signals_between(old, Scrape(10.0, {}, parse_gateway(m.render().decode())), 0.5, 0.05)
+    assert (s.request_token_rate, s.overflow_token_rate, s.declined_rate) == (5000.0, 2000.0, 0.3)

@@ -1,13 +1,14 @@
 """The served chat benchmark's parts: the BF16 GGUF rewrite, llama-server's command line, stream parsing, the
 latency quantiles and the side-by-side table."""
 
+import json
 import os
 import threading
 import time
 
 import numpy as np
 import pytest
-from floodway.engine.bench import chat_load, llamacpp, served_overhead, serving, vllm
+from floodway.engine.bench import chat_load, llamacpp, served_overhead, serving, speculative, vllm
 from floodway.engine.bench.chat_load import LoadResult
 
 
@@ -54,6 +55,16 @@ def test_llama_server_gets_the_operators_flags_and_one_thread():
     assert flags["--model"] == "/m.gguf" and flags["--alias"] == "m" and flags["--port"] == "8123"
     assert flags["--parallel"] == "32" and flags["--ctx-size"] == str(32 * 512)  # each slot one full context
     assert argv[-4:] == ["--threads", "1", "--threads-batch", "1"]
+    lookup = llamacpp.server_argv("/bin/llama-server", "/m.gguf", "m", 8123, 32, 512, 1, 2048,
+                                  json.loads(speculative.NGRAM))
+    assert lookup[lookup.index("--spec-type") + 1] == "ngram-simple"
+    assert lookup[lookup.index("--spec-ngram-simple-size-m") + 1] == "4"
+
+
+def test_grounded_requests_quote_a_text_the_answer_can_copy():
+    for i in range(8):
+        text = serving.PROMPTS["grounded"](i)[0]["content"]
+        assert any(t in text for t in speculative.TEXT + speculative.CODE)
 
 
 def test_stream_lines_and_token_counts():

@@ -24,6 +24,8 @@ def test_packed_model_gives_the_plain_models_logits(tiny_model_path):
     linears = sum(type(m) is torch.nn.Linear for m in packed.modules())
     assert packed_linear.pack(packed) == linears > 0
     assert not any(type(m) is torch.nn.Linear for m in packed.modules())
+    assert (packed.lm_head.in_features, packed.lm_head.out_features) == (plain.lm_head.in_features,
+                                                                         plain.lm_head.out_features)
     ids = torch.randint(4, 4000, (3, 20), generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         for x in (ids[:1, :1], ids):  # one token (a batch-1 decode), and a batch of sequences

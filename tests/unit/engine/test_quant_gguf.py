@@ -1,12 +1,14 @@
 """GGUF files served as they ship: seeded Llama and Qwen2 models written by the `gguf` package (its GGUFWriter and
-its own quantizers, q/k rows reordered as llama.cpp's converter does), read by our loader tensor for tensor equal
-to what transformers' GGUF loader dequantizes, and served by the engine with logits close to transformers' on
-those dequantized weights. Bad files and settings are refused with errors that say what to do."""
+its own quantizers, q/k rows reordered as llama.cpp's converter does: engine/bench/gguf_export.py), read by our
+loader tensor for tensor equal to what transformers' GGUF loader dequantizes, and served by the engine with logits
+close to transformers' on those dequantized weights. Bad files and settings are refused with errors that say what
+to do."""
 
 import math
 
 import pytest
 import torch
+from floodway.engine.bench.gguf_export import write_gguf
 from floodway.engine.config import EngineConfig
 from floodway.engine.model_runner import ModelRunner
 from floodway.engine.models.builtin import write_random_model
@@ -14,42 +16,7 @@ from floodway.engine.quant import linear, weights
 from floodway.engine.quant.gguf_weights import GGUFWeights
 from floodway.engine.step_inputs import SeqInput
 
-gguf = pytest.importorskip("gguf")
-ARCH = {"llama": "llama", "qwen2": "qwen2"}
-
-
-def write_gguf(folder: str, out, kind: str) -> None:
-    """The folder's model as a GGUF file: 2-D weights as `kind`, the rest F32 (llama.cpp's converter's layout)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    cfg = model.config
-    arch = ARCH[cfg.model_type]
-    w = gguf.GGUFWriter(str(out), arch)
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_vocab_size(cfg.vocab_size)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA if arch == "llama" else gguf.MODEL_ARCH.QWEN2,
-                                     cfg.num_hidden_layers)
-    qtype = gguf.GGMLQuantizationType[kind]
-    for name, t in model.state_dict().items():
-        data = t.numpy()
-        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
-            heads = cfg.num_attention_heads if "q_proj" in name else cfg.num_key_value_heads
-            data = data.reshape(heads, 2, data.shape[0] // heads // 2, -1).swapaxes(1, 2).reshape(data.shape)
-        kind_here = qtype if data.ndim == 2 else gguf.GGMLQuantizationType.F32
-        w.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), gguf.quants.quantize(data, kind_here),
-                     raw_dtype=kind_here)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+pytest.importorskip("gguf")
 
 
 @pytest.fixture(scope="module")
@@ -176,9 +143,9 @@ def test_a_declared_quantization_config_is_refused_not_loaded_as_float(tmp_path,
     import shutil
 
     _, folder = files("llama", "Q4_1")
-    copy = tmp_path / "awq"
+    copy = tmp_path / "bnb"
     shutil.copytree(folder, copy)
     cfg = json.loads((copy / "config.json").read_text())
-    (copy / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "awq"}}))
-    with pytest.raises(linear.Unsupported, match="is a awq checkpoint"):
+    (copy / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "bitsandbytes"}}))
+    with pytest.raises(linear.Unsupported, match="is a bitsandbytes checkpoint"):
         ModelRunner(EngineConfig(model=str(copy)))

@@ -23,8 +23,8 @@ if not INTERPRETED and DEVICE == "cpu":
         assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
         assert " passed" in child.stdout and "skipped" not in child.stdout, child.stdout[-2000:]
 
-    @pytest.mark.parametrize("bits", [4, 8])
-    def test_kernel_compiles_for_hopper(bits):
+    @pytest.mark.parametrize("bits,e4m3", [(4, False), (8, False), (8, True)])
+    def test_kernel_compiles_for_hopper(bits, e4m3):
         """What the interpreter cannot show: the kernel passes Triton's compiler down to an sm_90 cubin (its bundled
         ptxas; no GPU needed). bf16, the GPU default."""
         triton = pytest.importorskip("triton", reason="triton is not installed (the CPU engine image leaves it out)")
@@ -34,7 +34,7 @@ if not INTERPRETED and DEVICE == "cpu":
 
         fn = quant_matmul._kernel
         constexprs = dict(BITS=bits, GROUP=32, HAS_BIAS=True, DOT=triton.language.bfloat16, PRECISION="tf32",
-                          BLOCK_M=16, BLOCK_N=64, BLOCK_K=32)
+                          BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, E4M3=e4m3)
         ptrs = {"x": "*bf16", "codes": "*u8", "scales": "*fp32", "mins": "*fp32", "bias": "*bf16", "out": "*bf16"}
         signature = {a: "constexpr" if a in constexprs else ptrs.get(a, "i32") for a in fn.arg_names}
         compiled = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32))
@@ -49,6 +49,8 @@ def _weight(kind: str, n: int, k: int, seed: int):
     w = rng.standard_normal((n, k)).astype(np.float32)
     if kind in ("int4", "int8"):
         return weights.rtn(torch.from_numpy(w), int(kind[3:]))
+    if kind == "fp8":  # one scale per row, served in groups of 64 as linear.make does
+        return weights.regroup(weights.fp8(torch.from_numpy(w)), 64)
     gguf = pytest.importorskip("gguf")
     qtype = gguf.GGMLQuantizationType[kind]
     raw = gguf.quants.quantize(w, qtype)
@@ -57,7 +59,7 @@ def _weight(kind: str, n: int, k: int, seed: int):
 
 @pytest.mark.skipif(DEVICE == "cpu" and not INTERPRETED, reason="runs in the interpreter child on CPU")
 class TestKernelCases:
-    @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "int4", "int8", "Q4_0"])
+    @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "int4", "int8", "Q4_0", "fp8"])
     @pytest.mark.parametrize("m,n,k", [(1, 96, 64), (33, 70, 128)])  # decode and prefill tiles; ragged N
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_cases_match_the_dequantized_weight(self, kind, m, n, k, dtype):
@@ -68,7 +70,7 @@ class TestKernelCases:
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(k)).to(dtype)
         codes = quant_matmul.pack_codes(qw.codes, qw.bits).to(DEVICE)
         got = quant_matmul.matmul(x.to(DEVICE), codes, qw.scales.to(DEVICE), qw.mins.to(DEVICE), qw.bits, qw.group,
-                                  bias.to(DEVICE, dtype)).cpu().float()
+                                  bias.to(DEVICE, dtype), qw.e4m3).cpu().float()
         want = x.float() @ qw.dequantize().T + bias.to(dtype).float()
         tol = 1e-4 if dtype == torch.float32 else 2e-2  # bf16: the dequantized tile and output rounded to 2^-8
         assert (got - want).abs().max().item() <= tol * want.abs().max().item()
@@ -83,3 +85,21 @@ class TestKernelCases:
                                   qw.mins[:, ::2].contiguous().to(DEVICE), 4, 64).cpu()
         want = x @ qw.dequantize().T
         assert (got - want).abs().max().item() > 0.05 * want.abs().max().item()
+
+    @pytest.mark.parametrize("kind", ["act-order", "fp8"])
+    def test_cases_checkpoint_weights_through_the_linear(self, kind):
+        """What the engine builds on CUDA for a GPTQ act-order weight (codes in permuted input order) and an FP8 one
+        (one scale per row, served in groups of 64 by linear.make's rule)."""
+        from floodway.engine.quant import linear, weights
+
+        if kind == "fp8":
+            qw = weights.fp8(torch.randn(70, 192, generator=torch.Generator().manual_seed(3)))
+            served = weights.regroup(qw, linear.served_group(qw.group))
+        else:
+            w = _weight("int4", 70, 192, seed=3)
+            perm = torch.randperm(192, generator=torch.Generator().manual_seed(4))
+            qw = served = weights.QuantWeight(w.codes, w.scales, w.mins, 4, 32, "GPTQ int4", perm)
+        x = torch.randn(5, 192, generator=torch.Generator().manual_seed(5))
+        got = linear.TritonLinear(served, None, torch.device(DEVICE), torch.float32)(x.to(DEVICE)).cpu()
+        want = x @ qw.dequantize().T
+        assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item()

@@ -1,3 +1,4 @@
+import pytest
 from floodway.engine.kv_manager import KVManager
 from floodway.engine.outputs import RequestMetrics
 from floodway.engine.request import Request
@@ -5,8 +6,14 @@ from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.scheduler import Scheduler
 
 
-def req(rid, n):
-    return Request(rid, list(range(100, 100 + n)), SamplingParams(), RequestMetrics(0.0))
+def req(rid, n, priority=0, arrival=0.0):
+    r = Request(rid, list(range(100, 100 + n)), SamplingParams(), RequestMetrics(arrival))
+    r.priority = priority
+    return r
+
+
+def scheduled(out):
+    return [(s.req.request_id, s.num_new_tokens) for s in out.seqs]
 
 
 def advance(out):
@@ -77,3 +84,68 @@ def test_prefill_budget_caps_prefill_only_in_steps_that_decode():
     assert sched.num_prefill_tokens_waiting == 22
     out = sched.schedule()  # no budget: the step's whole token budget
     assert [(s.req.request_id, s.num_new_tokens) for s in out.seqs] == [("a", 1), ("b", 22)]
+
+
+@pytest.mark.parametrize("policy,admitted", [("fcfs", ["a", "b"]), ("priority", ["b", "c"])])
+def test_priority_policy_admits_lower_values_first_ties_by_arrival(policy, admitted):
+    sched = Scheduler(KVManager(64, 4), max_num_seqs=2, max_num_batched_tokens=64, chunked_prefill=True,
+                      policy=policy)
+    for rid, priority, arrival in [("a", 2, 0.0), ("b", 0, 1.0), ("d", 1, 3.0), ("c", 0, 2.0)]:
+        sched.add(req(rid, 4, priority, arrival))
+    assert [s.req.request_id for s in sched.schedule().seqs] == admitted
+
+
+@pytest.mark.parametrize("policy,victim", [("fcfs", "new"), ("priority", "old")])
+def test_under_kv_pressure_the_lowest_priority_running_request_is_preempted_first(policy, victim):
+    """"old" arrived first but has the lower priority (the higher value): the priority policy preempts it."""
+    kv = KVManager(num_blocks=4, block_size=4)
+    sched = Scheduler(kv, max_num_seqs=8, max_num_batched_tokens=64, chunked_prefill=True, policy=policy)
+    old, new = req("old", 7, priority=1, arrival=0.0), req("new", 7, priority=0, arrival=1.0)
+    later = req("later", 3, priority=1, arrival=2.0)
+    for r in (old, new):
+        sched.add(r)
+    advance(sched.schedule())
+    sched.add(later)  # max_num_seqs leaves room, the pool does not
+    advance(sched.schedule())  # both decode into their 2nd block's last slot
+    out = sched.schedule()  # each needs a 3rd block: one is preempted
+    assert [r.request_id for r in out.preempted] == [victim]
+    assert [s.req.request_id for s in out.seqs] == [{"old": "new", "new": "old"}[victim]]
+    assert sched.waiting[0].request_id == victim  # first in line again, ahead of "later"
+    for r in (old, new, later):
+        sched.finish(r)
+    assert kv.pool.num_free == 4
+
+
+def first_token_step(policy):
+    """Steps from a high-priority arrival to its first token while a long low-priority prompt is being prefilled
+    (8 tokens a step) and another low-priority request decodes; the scheduled chunks of the arrival's step."""
+    sched = Scheduler(KVManager(64, 4), max_num_seqs=8, max_num_batched_tokens=8, chunked_prefill=True,
+                      policy=policy)
+    decoding, long = req("decoding", 2, priority=5, arrival=0.0), req("long", 60, priority=5, arrival=1.0)
+    sched.add(decoding)
+    advance(sched.schedule())
+    sched.add(long)
+    advance(sched.schedule())
+    assert 0 < long.num_computed_tokens < long.num_prompt_tokens  # its prefill is under way
+    urgent, batch = req("urgent", 3, priority=0, arrival=2.0), req("batch", 6, priority=9, arrival=3.0)
+    sched.add(urgent)
+    sched.add(batch)
+    for step in range(1, 20):
+        out = sched.schedule()
+        if step == 1:
+            first = scheduled(out)
+        advance(out)
+        if urgent.output_token_ids:
+            return step, first
+    raise AssertionError("no first token")
+
+
+def test_a_prompt_being_prefilled_yields_the_step_to_a_higher_priority_arrival():
+    """A long low-priority prompt delays a high-priority request's first token by no more than the step in flight
+    (here none: the arrival's first step serves it); fcfs makes it wait for the whole prompt. The decode still goes
+    first, the yielding prompt gets what is left, and a request ranked below it takes none of that."""
+    step, first = first_token_step("priority")
+    assert step == 1
+    assert first == [("decoding", 1), ("urgent", 3), ("long", 4)]
+    step, first = first_token_step("fcfs")
+    assert step > 2 and first == [("decoding", 1), ("long", 7)]

@@ -155,10 +155,22 @@ def test_tgi_speculates_by_ngram_only_and_quantizes_with_its_own_flag():
         spec("tgi", speculative=NGRAM)
 
 
-@pytest.mark.parametrize("runtime", ["sglang", "llamacpp"])
-def test_runtimes_without_a_mapping_refuse_the_section(runtime):
-    with pytest.raises(ValidationError, match=f"engine.runtime {runtime} takes no engine.speculative"):
-        spec(runtime, speculative=NGRAM)
+def test_llamacpp_looks_up_one_ngram_length_and_drafts_k():
+    args = engine_args(spec("llamacpp", speculative={"method": "ngram", "numSpeculativeTokens": 5,
+                                                     "promptLookupMin": 3}), "h", 1)
+    assert (flag(args, "--spec-type"), flag(args, "--spec-ngram-simple-size-n"),
+            flag(args, "--spec-ngram-simple-size-m")) == ("ngram-simple", "3", "5")
+    defaulted = engine_args(spec("llamacpp", speculative={"method": "ngram", "numSpeculativeTokens": 2}), "h", 1)
+    assert flag(defaulted, "--spec-ngram-simple-size-n") == str(spec_config.SpeculativeConfig.prompt_lookup_min)
+    with pytest.raises(ValidationError, match="llamacpp takes no engine.speculative.promptLookupMax"):
+        spec("llamacpp", speculative=NGRAM)
+    with pytest.raises(ValidationError, match="engine.runtime llamacpp takes engine.speculative.method ngram"):
+        spec("llamacpp", speculative=DRAFT)
+
+
+def test_runtimes_without_a_mapping_refuse_the_section():
+    with pytest.raises(ValidationError, match="engine.runtime sglang takes no engine.speculative"):
+        spec("sglang", speculative=NGRAM)
 
 
 def test_floodway_up_runs_the_engine_with_the_same_flags(tmp_path):

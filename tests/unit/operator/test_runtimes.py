@@ -84,6 +84,19 @@ def test_llamacpp_flags_give_every_slot_the_full_context():
     assert flags(engine_args(spec("llamacpp", gpus=1), "h", 1))["--n-gpu-layers"] == "999"
 
 
+@pytest.mark.parametrize("name", ["floodway", "vllm"])
+def test_scheduling_policy_priority_is_vllms_flag(name):
+    assert "--scheduling-policy" not in flags(engine_args(spec(name), "h", 1))  # fcfs: both runtimes' default
+    assert flags(engine_args(spec(name, schedulingPolicy="priority"), "h", 1))["--scheduling-policy"] == "priority"
+
+
+@pytest.mark.parametrize("name", ["sglang", "tgi", "llamacpp"])
+def test_runtimes_without_vllms_priority_scheduling_refuse_it(name):
+    assert spec(name, schedulingPolicy="fcfs").engine.scheduling_policy == "fcfs"
+    with pytest.raises(ValidationError, match="engine.schedulingPolicy priority is served by engine.runtime floodway"):
+        spec(name, schedulingPolicy="priority")
+
+
 @pytest.mark.parametrize("name", ["floodway", "llamacpp"])
 def test_runtimes_without_tensor_parallelism_are_refused_several_gpus(name):
     assert RUNTIMES[name].tensor_parallel_flag is None

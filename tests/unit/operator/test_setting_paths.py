@@ -87,6 +87,8 @@ DERIVED = {
     (("slo", "tpot_ms"), "flag:tpot_slo_ms"): "the engine's own flag for the TPOT it protects",
     (("engine", "speculative"), "flag:speculative_config"): "vLLM's JSON flag, keyed by the fields' snake_case names",
     (("overflow", "enabled"), "policy:overflow_share"): "an overflow budget only where the service overflows",
+    (("autoscaling", "priority"), "gateway:overflow.max_share"): "priority budget: the gateway caps overflow at "
+                                                                 "autoscaling.overflowShare",
     (("overflow", "enabled"), "gateway:*"): "the connection settings pass only when overflow is on",
     (("overflow", "model"), "gateway:overflow.api_key_env"): "",
     (("storage", "model_claim"), "flag:model"): "a model on a claim loads from its mount",

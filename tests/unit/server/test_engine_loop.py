@@ -20,7 +20,7 @@ class ScriptedEngine:
         self.fail_next_step = False
         self.step_gate = threading.Semaphore(0)  # each step waits for a permit: the test paces the loop
 
-    def add_request(self, rid, prompt, params, arrival_time=None, lora=None):
+    def add_request(self, rid, prompt, params, arrival_time=None, lora=None, priority=0):
         if not prompt:
             raise ValueError("prompt is empty")
         self.requests[rid] = {"prompt": prompt, "left": params, "out": [], "t": arrival_time}

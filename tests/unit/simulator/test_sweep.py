@@ -14,6 +14,8 @@ def test_a_row_names_each_target_it_misses():
     bad = Row("spiky", 1, 100, summary("ours", 0.98, 2.5, 0.08), 2.0, {"keda": keda, "hpa": summary("hpa", 0.7, 1.0)})
     assert bad.misses() == ["attainment 98.00%", "overflow 8.0%", "replica-hours vs bound", "vs hpa"]
     assert Row("x", 0, 1, summary("ours", 1.0, 1.0), None, {}).misses() == ["replica-hours vs bound"]  # no bound
+    long = Summary("ours", 100, 0.995, 1.0, 0.1, 0.4, 2.0, 0.04, 0, 0, overflow_token_share=0.15)
+    assert Row("long-context", 0, 100, long, 1.8, {}).misses() == ["tokens overflowed 15.0%"]  # long prompts spend it
 
 
 def test_the_static_pool_within_budget_is_the_largest_the_bound_factor_pays_for():
@@ -109,6 +111,10 @@ def test_a_sweep_row_takes_the_bound_from_every_schedule_and_the_reacting_figure
     assert row.bound_hours == pytest.approx(hours, rel=0.01)  # flat 1
     assert row.reacting == pytest.approx(2 * row.bound_hours)  # the least of the reactive ones: flat 2
     assert row.reacting_misses()  # twice the bound: reacting to the past could not meet both within 1.15x here
+    # Beside ours, ours with the other priority (budget: the gateway caps overflow at the share, in both units).
+    o = row.other
+    assert o.overflow_share <= 0.04 and o.overflow_token_share <= 0.04
+    assert f"| {o.attainment:.2%} / {o.overflow_share:.1%} / {o.overflow_token_share:.1%} / " in render(row)
 
 
 def test_rows_run_in_worker_processes_come_in_order_and_the_tally_names_the_best_single_reactive_schedule(
