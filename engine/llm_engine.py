@@ -37,7 +37,7 @@ class LLMEngine:
         if spec is not None:
             draft = DraftModel(config, spec.model, self.runner.num_blocks, self.max_model_len,
                                self.runner.vocab_size) if spec.method == "draft_model" else None
-            self.speculator = Speculator(spec, self.kv, draft)
+            self.speculator = Speculator(spec, self.kv, draft, cpu_time=self.runner.device.type == "cpu")
         self.lora = LoRAManager(config, self.runner.lora) if config.enable_lora else None
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.enable_chunked_prefill, self.speculator,
@@ -182,7 +182,7 @@ class LLMEngine:
         prefill_tokens = sched.num_tokens - decodes - num_drafts
         self.step_times.observe(decodes, prefill_tokens, seconds)
         if self.speculator is not None:
-            self.speculator.observe_step(decodes, num_drafts, prefill_tokens, seconds)
+            self.speculator.observe_step(decodes, num_drafts, prefill_tokens)
         now = time.time()
         for i, req in enumerate(sampling):
             outputs.append(self._append(req, tokens[i], lps[i] if lps else None, tops[i] if tops else None, now))

@@ -4,8 +4,10 @@ prompt lookup finds drafts) and on free chat (answers that rarely repeat it), at
 
 Each (workload, concurrency) cell runs both engines in turn over the same requests, greedy, keeping that many
 requests in flight (closed loop: a finished request is replaced by the next). It reports output tokens per
-second and per CPU-second of each, their ratio, whether the outputs were identical, and the speculating
-engine's acceptance (accepted drafts over drafts verified) and drafts per verify.
+second and per CPU-second of each over the steps that ran with that many in flight (the drain at the end runs
+as many steps as its slowest request, speculating or not, and would measure that request alone), their ratio,
+whether the outputs were identical, and the speculating engine's acceptance (accepted drafts over drafts
+verified) and drafts per verify.
 """
 
 from dataclasses import dataclass
@@ -72,7 +74,7 @@ def prompts(tokenizer, workload: str, n: int) -> list[list[int]]:
 
 @dataclass
 class Run:
-    tokens: int
+    tokens: int  # output tokens of the steps run with `concurrency` requests in flight, and their seconds
     seconds: float
     cpu: float
     outputs: dict
@@ -84,19 +86,22 @@ class Run:
 def run_once(engine, reqs: list[list[int]], concurrency: int, max_tokens: int, tag: str) -> Run:
     before = engine.stats()
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    pending, inflight, outputs, tokens = list(enumerate(reqs)), 0, {}, 0
-    clock = Clock()
+    pending, inflight, outputs, full = list(enumerate(reqs)), 0, {}, min(concurrency, len(reqs))
+    tokens, seconds, cpu = 0, 0.0, 0.0
     while pending or engine.has_unfinished_requests():
         while pending and inflight < concurrency:
             i, p = pending.pop(0)
             engine.add_request(f"{tag}-{i}", p, params)
             inflight += 1
+        held, clock = inflight == full, Clock()
         for out in engine.step():
-            tokens += len(out.new_token_ids)
+            tokens += len(out.new_token_ids) * held
             if out.finished:
                 inflight -= 1
                 outputs[out.request_id.split("-", 1)[1]] = out.output_token_ids
-    seconds, cpu = clock.stop()
+        if held:
+            wall, used = clock.stop()
+            seconds, cpu = seconds + wall, cpu + used
     after = engine.stats()
     return Run(tokens, seconds, cpu, outputs, after.spec_num_drafts - before.spec_num_drafts,
                after.spec_num_draft_tokens - before.spec_num_draft_tokens,

@@ -1,11 +1,12 @@
 """How many drafts each sequence verifies this step: the ones that raise the batch's expected tokens per second.
 
-A step that decodes b sequences takes about decode_s; each verified draft adds s_per_token (measured, with the
-fixed part, from the engine's own steps, as StepTimes does for prefill). The j-th draft of a sequence whose
+A step that decodes b sequences takes about decode_s (at that b); each verified draft adds s_per_token (both fitted
+on the engine's own steps: step_cost.py). The j-th draft of a sequence whose
 drafts are accepted at rate a (each given the previous ones) adds a^j expected tokens. Adding drafts in order of
 that gain raises tokens per second while gain / s_per_token exceeds the step's current tokens per second: at
-small batches cheap verify rows pay for likely drafts; at large batches, where the step's fixed part is shared
-by many sequences, they do not, and k is 0.
+small batches, where reading the weights is most of the step, cheap verify rows pay for likely drafts; at large
+batches, where the rows are most of it, a draft costs about what a sequence's decode does and only near-certain
+ones pay.
 """
 
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 PRIOR_RATE = 0.5  # acceptance assumed before a sequence has verified any draft
 PRIOR_WEIGHT = 2.0  # positions the prior counts for against a sequence's own record
 DECAY = 0.9  # each verify keeps this share of a sequence's earlier record (recent behaviour counts most)
-PROBE_EVERY = 16  # one decode step in this many verifies nothing, re-measuring the plain step's time
+# One decode step in this many does what the policy has not chosen lately (verifies nothing while it drafts, every
+# available draft while it does not), so that the step costs of both keep being measured.
+PROBE_EVERY = 16
 
 
 @dataclass

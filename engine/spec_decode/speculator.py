@@ -1,15 +1,15 @@
 """The engine's side of speculation: before each schedule, drafts for the decoding sequences (proposer, then the
-policy's k per sequence); after each verify, acceptance records, step times and vLLM's counters."""
+policy's k per sequence); after each verify, acceptance records, step costs and vLLM's counters."""
 
 import time
 from dataclasses import dataclass, field
 
 from floodway.engine.kv_manager import KVManager
-from floodway.engine.prefill_budget import StepTimes
 from floodway.engine.request import Request
 from floodway.engine.spec_decode import ngram, policy
 from floodway.engine.spec_decode.config import SpeculativeConfig
 from floodway.engine.spec_decode.draft import DraftModel
+from floodway.engine.spec_decode.step_cost import StepCost
 from floodway.engine.structured_grammar import valid_prefix
 
 
@@ -24,23 +24,30 @@ class SpecCounters:
 
 
 class Speculator:
-    def __init__(self, cfg: SpeculativeConfig, kv: KVManager, draft: DraftModel | None = None):
+    def __init__(self, cfg: SpeculativeConfig, kv: KVManager, draft: DraftModel | None = None,
+                 cpu_time: bool = False):
         self.cfg, self.kv, self.draft = cfg, kv, draft
+        # Steps are priced in what bounds throughput: on CPU the process's CPU seconds, which neighbours on a shared
+        # machine do not inflate as they do wall time (a fit's residual measured 8% against 27%); on a GPU, wall.
+        self._clock = time.process_time if cpu_time else time.perf_counter
+        self._started: float | None = None
         self.counters = SpecCounters(accepted_per_pos=[0] * cfg.num_speculative_tokens)
-        self.times = StepTimes()  # decode_s: plain decode steps; per "prefill" token: per verified draft
+        self.cost = StepCost()
         self.overall = policy.Acceptance()  # all sequences': the prior of a sequence without a record
         self._decode_steps = 0
-        self._propose_s = 0.0  # the last proposal's time: part of the step it feeds (a draft model's forwards)
+        self._drafting = True  # whether the last step the policy chose verified any draft
 
     def propose(self, reqs: list[Request]) -> None:
-        """Sets each decoding sequence's spec_token_ids for the coming step."""
+        """Sets each decoding sequence's spec_token_ids for the coming step, whose time runs from here (a draft
+        model's forwards are part of it)."""
+        self._started = self._clock()
         self._decode_steps += 1
-        if self._decode_steps % policy.PROBE_EVERY == 0:
+        # A probe step does what the policy has not chosen lately, so that the step cost's fit keeps timing both.
+        probe = self._decode_steps % policy.PROBE_EVERY == 0
+        if probe and self._drafting:
             for r in reqs:
                 r.spec_token_ids = []
-            self._propose_s = 0.0
             return
-        started = time.perf_counter()
         caps = [self._cap(r) for r in reqs]
         c = self.cfg
         if self.draft is None:  # prompt lookup costs nearly nothing: propose, then choose among the proposals
@@ -48,8 +55,12 @@ class Speculator:
                          for r, k in zip(reqs, caps, strict=True)]
             caps = [len(a) for a in available]
         prior = self.overall.rate()
-        ks = policy.choose_num_drafts([r.spec_acceptance.rate(prior) for r in reqs], caps, self.times.decode_s,
-                                      self.times.s_per_prefill_token)
+        ks = policy.choose_num_drafts([r.spec_acceptance.rate(prior) for r in reqs], caps,
+                                      self.cost.decode_s(len(reqs)), self.cost.s_per_draft)
+        if probe:
+            ks = caps
+        else:
+            self._drafting = any(ks)
         if self.draft is not None:  # the draft model's steps cost: only the drafts chosen are generated
             available = self.draft.propose(reqs, ks, self.kv)
         for r, drafts, k in zip(reqs, available, ks, strict=True):
@@ -57,7 +68,6 @@ class Speculator:
             if drafts and r.grammar is not None:
                 drafts = drafts[:valid_prefix(r.grammar, drafts)]
             r.spec_token_ids = drafts
-        self._propose_s = time.perf_counter() - started
 
     def _cap(self, req: Request) -> int:
         """The most drafts a sequence may verify now."""
@@ -82,8 +92,9 @@ class Speculator:
         for j in range(num_accepted):
             c.accepted_per_pos[j] += 1
 
-    def observe_step(self, num_decodes: int, num_drafts: int, num_prefill_tokens: int, seconds: float) -> None:
-        """A step's time, for the policy's costs: only steps without prefill (they measure decode and verify)."""
-        if num_decodes and not num_prefill_tokens:
-            self.times.observe(num_decodes, num_drafts, seconds + self._propose_s)
-        self._propose_s = 0.0
+    def observe_step(self, num_decodes: int, num_drafts: int, num_prefill_tokens: int) -> None:
+        """The end of a step proposed for, timed for the policy's costs: only steps without prefill (they measure
+        decode and verify)."""
+        if self._started is not None and num_decodes and not num_prefill_tokens:
+            self.cost.observe(num_decodes, num_drafts, self._clock() - self._started)
+        self._started = None

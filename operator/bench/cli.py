@@ -80,3 +80,14 @@ def bench_routing(
             return
         typer.echo(run_routing(engines, conversations, rate, kv_blocks, max_tokens, step_delay_ms,
                                max_num_batched_tokens, max_num_seqs, max_blocks, model, seeds=seeds or 1))
+
+
+@bench_app.command("fair-share")
+def bench_fair_share(
+    capacity: int = typer.Option(1000, help="Tokens' worth of requests the pool takes from the queue per tick."),
+    ticks: int = typer.Option(600, help="Ticks simulated (deterministic: no clock, no randomness)."),
+) -> None:
+    """Share of tokens each tenant gets from the gateway's hold queue under overload, VTC against FIFO."""
+    from floodway.operator.bench.fair_share import run_bench as run_fair_share
+
+    typer.echo(run_fair_share(capacity, ticks))

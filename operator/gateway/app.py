@@ -11,7 +11,6 @@ import contextlib
 import gc
 import logging
 import random
-import secrets
 from dataclasses import asdict
 from urllib.parse import quote
 
@@ -25,6 +24,7 @@ from floodway.operator.gateway.k8s import follow_endpoint_slices
 from floodway.operator.gateway.metrics import GatewayMetrics
 from floodway.operator.gateway.payload import error_body
 from floodway.operator.gateway.proxy import Gateway
+from floodway.operator.gateway.tenants import ANONYMOUS, parse_tenants, tenant_of
 from floodway.operator.gateway.upstream import UpstreamClient
 from floodway.operator.runtimes import RUNTIMES
 from starlette.exceptions import HTTPException
@@ -36,26 +36,39 @@ _OPEN_PATHS = ("/health", "/ready", "/metrics")  # probes and scrapes need no cl
 _PROXIED = frozenset({"/v1/completions", "/v1/chat/completions"})
 
 
-def _read_tokens(path: str | None) -> set[str] | None:
+def _read(path: str | None, setting: str, parse) -> dict | set | None:
     if not path:
         return None
     try:
         with open(path) as f:
-            tokens = {line.strip() for line in f if line.strip()}
+            found = parse(f.read())
     except OSError as e:
-        raise ValueError(f"auth.tokens_file {path} unreadable: {e.strerror}") from None
-    if not tokens:
-        raise ValueError(f"auth.tokens_file {path} holds no token")
-    return tokens
+        raise ValueError(f"{setting} {path} unreadable: {e.strerror}") from None
+    except ValueError as e:
+        raise ValueError(f"{setting} {path}: {e}") from None
+    if not found:
+        raise ValueError(f"{setting} {path} holds no token")
+    return found
 
 
-def _token_error(tokens: set[str] | None, authorization: str) -> JSONResponse | None:
-    """The 401 answer when a token is required and `authorization` carries none of the known ones."""
-    if tokens is None:
-        return None
-    given = authorization.removeprefix("Bearer ").strip()
-    if any(secrets.compare_digest(given, t) for t in tokens):
-        return None
+class Clients:
+    """Who a request's bearer token names: the tenants file's keys name their tenant, auth.tokens_file's are
+    ANONYMOUS; with either file, any other token gets 401. Without both, every client is ANONYMOUS."""
+
+    def __init__(self, config: GatewayConfig):
+        self.tokens = _read(config.auth.tokens_file, "auth.tokens_file",
+                            lambda text: {line.strip() for line in text.splitlines() if line.strip()}) or set()
+        self.tenants = _read(config.tenants.keys_file, "tenants.keys_file", parse_tenants) or {}
+        self.required = bool(self.tokens or self.tenants)
+
+    def tenant(self, authorization: str) -> str | None:
+        """The client's tenant; None: refused (401)."""
+        if not self.required:
+            return ANONYMOUS
+        return tenant_of(authorization.removeprefix("Bearer ").strip(), self.tenants, self.tokens)
+
+
+def _unauthorized() -> JSONResponse:
     return JSONResponse(error_body("missing or unknown bearer token", "authentication_error", "invalid_api_key"), 401)
 
 
@@ -67,7 +80,7 @@ def _remote_session() -> aiohttp.ClientSession:
 
 def create_app(config: GatewayConfig):
     """The ASGI application: proxied POSTs straight to the Gateway, the rest to a FastAPI app."""
-    tokens = _read_tokens(config.auth.tokens_file)
+    clients = Clients(config)
     table = BackendTable(config.routing.weights(), random.Random(config.routing.seed), RUNTIMES[config.engine_runtime],
                          config.routing.prefix_policy(), max_loras=config.max_loras)
     table.set_endpoints([(url, url) for url in config.backends.static])
@@ -110,13 +123,11 @@ def create_app(config: GatewayConfig):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(error_body(str(exc.detail), kind), exc.status_code, headers=exc.headers)
 
-    if tokens is not None:
+    if clients.required:
         @app.middleware("http")
         async def require_token(request: Request, call_next):
-            if request.url.path not in _OPEN_PATHS:
-                refused = _token_error(tokens, request.headers.get("authorization", ""))
-                if refused is not None:
-                    return refused
+            if request.url.path not in _OPEN_PATHS and clients.tenant(request.headers.get("authorization", "")) is None:
+                return _unauthorized()
             return await call_next(request)
 
     def card(model: str) -> dict:
@@ -173,13 +184,15 @@ def create_app(config: GatewayConfig):
                              "budget": asdict(g.budget), "learned_prefill_tokens_per_s": g.prefill_rate,
                              "overflow": config.overflow.model_dump(exclude={"api_key_env", "api_key_file"})})
 
-    read_headers = {b"authorization", config.opt_out_header.lower().encode("latin-1")}  # all the hot path reads
+    read_headers = {b"authorization", *(h.lower().encode("latin-1") for h in (config.opt_out_header,
+                                                                               config.class_header))}  # all it reads
 
     async def asgi(scope, receive, send) -> None:
         if scope["type"] != "http" or scope["path"] not in _PROXIED:
             return await app(scope, receive, send)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in read_headers}
-        response = _token_error(tokens, headers.get("authorization", ""))
+        tenant = clients.tenant(headers.get("authorization", ""))
+        response = _unauthorized() if tenant is None else None
         if response is None and scope["method"] != "POST":
             response = JSONResponse(error_body(f"{scope['method']} not allowed; use POST", "invalid_request_error",
                                                "method_not_allowed"), 405, headers={"allow": "POST"})
@@ -191,7 +204,7 @@ def create_app(config: GatewayConfig):
             if body is None:
                 return  # the client went away before sending its body
             if response is None:
-                response = await app.state.gateway.handle(scope["path"], body, headers)
+                response = await app.state.gateway.handle(scope["path"], body, headers, tenant)
         await response(scope, receive, send)
 
     return asgi

@@ -22,6 +22,12 @@ Example:
       models: {chat: small-model, support-bot: small-model-ft}   # an adapter without an entry never overflows
     opt_out_header: x-floodway-no-overflow
     auth: {tokens_file: /var/run/secrets/gateway/tokens}
+    tenants:                               # per-tenant limits (docs/guides/tenants.md)
+      keys_file: /var/run/secrets/gateway/tenants   # `<api key> <tenant>` per line
+      default: {max_requests_per_minute: 60, max_concurrent_requests: 4}
+      limits: [{name: batch, max_tokens_per_minute: 200000, max_overflow_tokens_per_minute: 0, default_class: batch}]
+    classes: [{name: batch, priority: 10, overflow: false}]   # SLO classes (classes.py)
+    engine_scheduling_policy: priority     # the engines take each class's priority
     max_body_bytes: 4194304
     debug_state: false
 """
@@ -39,8 +45,9 @@ from floodway.operator.gateway.breaker import BreakerPolicy
 from floodway.operator.gateway.overflow import SLOWEST_TOKENS_PER_S, OverflowPolicy
 from floodway.operator.gateway.overflow_budget import BudgetLimits
 from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
+from floodway.operator.gateway.tenants import merged_limits
 from floodway.operator.runtimes import DEFAULT, RUNTIMES
-from floodway.operator.spec.models import RoutingSpec
+from floodway.operator.spec.models import EngineSpec, RoutingSpec, SLOClassSpec, TenantLimitsSpec, TenantsSpec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
@@ -160,6 +167,25 @@ class Auth(_Strict):
     tokens_file: str | None = Field(None, description="Accepted client bearer tokens, one per line.")
 
 
+class Tenants(TenantsSpec):
+    """The spec's gateway.tenants settings (inherited: same names, same defaults), and the tenants file."""
+
+    model_config = ConfigDict(frozen=True)
+
+    keys_file: str | None = Field(None, description="API key -> tenant, one `<key> <tenant>` per line (tenants.py); "
+                                  "its keys are accepted client tokens besides auth.tokens_file's.")
+
+    def enabled(self) -> bool:
+        """Whether tenants are told apart or held to any limit (else the gateway skips them altogether)."""
+        return bool(self.keys_file or self.limits or self.default.model_dump(exclude_none=True))
+
+    def limits_by_name(self) -> dict[str, TenantLimitsSpec]:
+        return {t.name: merged_limits(self.default, t) for t in self.limits}
+
+
+_POLICY = EngineSpec.model_fields["scheduling_policy"]
+
+
 class GatewayConfig(_Strict):
     host: str = "0.0.0.0"
     port: int = Field(8000, ge=0, le=65535)
@@ -183,7 +209,14 @@ class GatewayConfig(_Strict):
     slo: Slo = Field(default_factory=Slo)
     overflow: Overflow = Field(default_factory=Overflow)
     opt_out_header: str = "x-floodway-no-overflow"
+    class_header: str = Field("x-floodway-class", description="The request header that picks a lower class "
+                              "(classes.py) than the client's tenant's default_class.")
+    classes: list[SLOClassSpec] = Field(default_factory=list, description="The spec's classes (same names).")
+    engine_scheduling_policy: _POLICY.annotation = Field(_POLICY.default, description="The engines' "
+                                                         "--scheduling-policy: with priority, each classed request is "
+                                                         "sent with its class's priority.")
     auth: Auth = Field(default_factory=Auth)
+    tenants: Tenants = Field(default_factory=Tenants)
     max_body_bytes: int = Field(4 * 2**20, ge=1024, description="Largest request body accepted (413 beyond); "
                                 "nothing larger is read, sent to an engine or to the overflow API.")
     debug_state: bool = Field(False, description="Serve /debug/state (backends, breaker, budget); behind the "
@@ -193,6 +226,16 @@ class GatewayConfig(_Strict):
     def _somewhere_to_send(self) -> GatewayConfig:
         if not self.backends.static and not self.backends.kubernetes and not self.overflow.enabled:
             raise ValueError("no backends: give backends.static, backends.kubernetes or enable overflow")
+        return self
+
+    @model_validator(mode="after")
+    def _classes_known(self) -> GatewayConfig:
+        names = [c.name for c in self.classes]
+        if len(set(names)) != len(names):
+            raise ValueError("classes[].name must be unique")
+        named = {t.default_class for t in (self.tenants.default, *self.tenants.limits)} - {None}
+        if named - set(names):
+            raise ValueError(f"tenants' default_class {sorted(named - set(names))} not among classes {names}")
         return self
 
     def overflow_policy(self) -> OverflowPolicy:

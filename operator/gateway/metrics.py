@@ -1,6 +1,7 @@
 """The gateway's Prometheus metrics (`floodway_gateway_` prefix) on a registry of its own.
 
-Labels never carry request content or secrets: backend ids (engine URL or pod), `overflow`, `none`.
+Labels never carry request content or secrets: backend ids (engine URL or pod), `overflow`, `none`, tenant names
+(the tenants file's, never its keys), the limit that refused a request, class names.
 """
 
 from __future__ import annotations
@@ -63,6 +64,40 @@ class GatewayMetrics:
                                    "Overflow tokens left in the per-minute budget (-1: unlimited)", registry=r)
         self.breaker_open = Gauge("floodway_gateway_overflow_breaker_open",
                                   "1 while the overflow API's circuit breaker is open", registry=r)
+
+        self.tenant_requests = Counter("floodway_gateway_tenant_requests", "Requests admitted by the tenant limits, "
+                                       "by tenant", ["tenant"], registry=r)
+        self.tenant_tokens = Counter("floodway_gateway_tenant_tokens", "Estimated tokens (prompt plus completion) of "
+                                     "the requests admitted, by tenant: what its tokens-per-minute limit counts",
+                                     ["tenant"], registry=r)
+        self.tenant_rejected = Counter(
+            "floodway_gateway_tenant_rejected", "Requests answered 429 by a tenant limit, by tenant and limit "
+            "(requests_per_minute, tokens_per_minute, concurrent_requests)", ["tenant", "limit"], registry=r)
+        self.tenant_overflow = Counter("floodway_gateway_tenant_overflow", "Requests sent to the overflow API, by "
+                                       "tenant", ["tenant"], registry=r)
+        self.tenant_overflow_capped = Counter(
+            "floodway_gateway_tenant_overflow_capped", "Requests that arrived with their tenant's overflow cap "
+            "(max_overflow_tokens_per_minute) spent, so could not overflow, by tenant", ["tenant"], registry=r)
+        self.tenant_in_flight = Gauge("floodway_gateway_tenant_in_flight", "Admitted requests not yet over (held or "
+                                      "answering), by tenant", ["tenant"], registry=r)
+
+        self.class_requests = Counter("floodway_gateway_class_requests", "Requests of each class (spec.classes)",
+                                      ["class"], registry=r)
+        self.class_overflow = Counter("floodway_gateway_class_overflow", "Requests of each class sent to the overflow "
+                                      "API", ["class"], registry=r)
+        # SLO attainment (met / measured), over streamed answers: a whole answer's first byte is its last token.
+        _measured = ("Streamed answers with a TTFT SLO (their class's ttftMs, else slo.ttftMs) whose first token "
+                     "arrived, by {0}: the attainment is floodway_gateway_{0}_ttft_slo_met_total over this")
+        _met = ("Streamed answers whose first token came within their TTFT SLO of the request's arrival at the gateway "
+                "(holds included), by {0}")
+        self.tenant_ttft_measured = Counter("floodway_gateway_tenant_ttft_measured", _measured.format("tenant"),
+                                            ["tenant"], registry=r)
+        self.tenant_ttft_met = Counter("floodway_gateway_tenant_ttft_slo_met", _met.format("tenant"), ["tenant"],
+                                       registry=r)
+        self.class_ttft_measured = Counter("floodway_gateway_class_ttft_measured", _measured.format("class"),
+                                           ["class"], registry=r)
+        self.class_ttft_met = Counter("floodway_gateway_class_ttft_slo_met", _met.format("class"), ["class"],
+                                      registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

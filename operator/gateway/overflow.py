@@ -17,16 +17,20 @@ Inputs of `overflow_decision(pool, policy, request, now)`:
   and whether a local replica or the overflow API already failed it before its first byte.
 
 Rule, in order: a trigger fires when there is no ready replica, when waiting per ready replica reaches
-`max_waiting_per_replica`, or when the predicted TTFT exceeds `predicted_ttft_factor` x the TTFT SLO.
-No trigger: local. Trigger and overflow allowed (enabled, no opt-out, a model overflow.models maps, breaker
-closed or probing, budget left, the API has not failed this request): overflow. Opt-out, an unmapped model
-(adapters.overflow_model), overflow disabled, the API failed this
-request or its breaker is open (an outage must not turn servable traffic into errors), or the overflow share
-spent (`SHARE_SPENT`, autoscaling.priority budget: the budget wins over the SLO, and a wait would not earn it back
-before the SLO passed): local when a replica is ready (the engines queue it, and answer 429 themselves when full).
-Per-minute budget spent: the request waits in the gateway's bounded hold queue for local capacity or budget,
-re-evaluated until `hold_timeout_s` after arrival; a full queue or a passed deadline rejects it (429 with
-Retry-After). With no ready replica, every blocked request waits there the same way.
+`max_waiting_per_replica`, or when the predicted TTFT exceeds `predicted_ttft_factor` x the TTFT SLO (the request's
+class's where it has one).
+No trigger: local. Trigger and overflow allowed (enabled, no opt-out, a model overflow.models maps, its tenant's
+overflow cap not spent (tenants.py), its class may overflow, breaker closed or probing, budget left, the API has not
+failed this request): overflow. Opt-out, an unmapped model (adapters.overflow_model), the tenant's overflow cap
+spent, a class that may not overflow, overflow disabled, the API failed this request or its breaker is open (an
+outage must not turn servable traffic into errors), or the overflow share spent (`SHARE_SPENT`,
+autoscaling.priority budget: the budget wins over the SLO, and a wait would not earn it back before the SLO passed):
+local when a replica is ready (the engines queue it, and answer 429 themselves when full), except for a class with
+a queueLimit, whose blocked requests wait in the gateway's queue within it (`_hold_or_reject`). Per-minute budget spent:
+the request waits in the gateway's bounded hold queue for local capacity or budget, re-evaluated until
+`hold_timeout_s` after arrival; a full queue or a passed deadline rejects it (429 with Retry-After). With no ready
+replica, every blocked request waits there the same way. Which held request leaves first, when several could, is
+the proxy's fair share between tenants (fair_share.py), not this rule's.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class PoolState:
     held: int = 0
     budget: BudgetState = field(default_factory=BudgetState)
     breaker: BreakerState = field(default_factory=BreakerState)
+    held_of_class: int = 0  # of `held`, those of the request's class
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,10 @@ class RequestInfo:
     arrived_at: float
     opt_out: bool = False
     unmapped_model: bool = False  # an adapter (or model) overflow.models has no entry for: the API cannot serve it
+    tenant_capped: bool = False  # its tenant's overflow cap (max_overflow_tokens_per_minute) is spent
+    class_local: bool = False  # its class (spec.classes) may not overflow
+    ttft_slo_s: float | None = None  # its class's TTFT SLO, in place of the policy's
+    queue_limit: int | None = None  # its class's queueLimit: blocked, it waits in the gateway's queue (see below)
     held: bool = False
     local_failed: bool = False
     overflow_failed: bool = False
@@ -92,8 +101,9 @@ def overflow_trigger(pool: PoolState, policy: OverflowPolicy, request: RequestIn
         return "local_error" if request.local_failed else "no_ready_backend"
     if pool.waiting / pool.ready >= policy.max_waiting_per_replica:
         return "queue_depth"
-    if (policy.ttft_slo_s is not None and pool.predicted_ttft_s is not None
-            and pool.predicted_ttft_s > policy.ttft_slo_s * policy.predicted_ttft_factor):
+    slo = request.ttft_slo_s or policy.ttft_slo_s
+    if slo is not None and pool.predicted_ttft_s is not None and \
+            pool.predicted_ttft_s > slo * policy.predicted_ttft_factor:
         return "predicted_ttft"
     return None
 
@@ -118,6 +128,10 @@ def _blocked_reason(pool: PoolState, policy: OverflowPolicy, request: RequestInf
         return "opt_out"
     if request.unmapped_model:
         return "model_not_mapped"
+    if request.tenant_capped:
+        return "tenant_overflow_cap"
+    if request.class_local:
+        return "class_local"
     if not policy.enabled:
         return "overflow_disabled"
     if request.overflow_failed:
@@ -149,10 +163,25 @@ def overflow_decision(pool: PoolState, policy: OverflowPolicy, request: RequestI
     blocked = _blocked_reason(pool, policy, request, now)
     if blocked is None:
         return OverflowDecision("overflow", trigger)
-    if blocked != "budget_exhausted" and pool.ready > 0:
+    if blocked != "budget_exhausted" and pool.ready > 0 and request.queue_limit is None:
         return OverflowDecision("local", blocked)
+    return _hold_or_reject(pool, policy, request, blocked, now)
+
+
+def _hold_or_reject(pool: PoolState, policy: OverflowPolicy, request: RequestInfo, blocked: str, now: float
+                    ) -> OverflowDecision:
+    """A blocked request waits in the gateway's queue, within its bounds: its class's, where the class has a
+    queueLimit (at most that many of the class held at once; refused once its class's TTFT SLO cannot be met by
+    waiting: the time it waited plus the TTFT predicted now reach the SLO, and the wait only adds), then
+    hold_timeout_s after arrival and hold_queue_size held in all. Past one: rejected (429 with Retry-After)."""
     retry_after = _retry_after_s(pool, policy, request, blocked, now)
-    if now - request.arrived_at >= policy.hold_timeout_s:
+    waited = now - request.arrived_at
+    if request.queue_limit is not None:
+        if request.ttft_slo_s is not None and waited + (pool.predicted_ttft_s or 0.0) >= request.ttft_slo_s:
+            return OverflowDecision("reject", f"class_ttft_slo:{blocked}", retry_after)
+        if not request.held and pool.held_of_class >= request.queue_limit:
+            return OverflowDecision("reject", f"class_queue_full:{blocked}", retry_after)
+    if waited >= policy.hold_timeout_s:
         return OverflowDecision("reject", f"hold_timeout:{blocked}", retry_after)
     if not request.held and pool.held >= policy.hold_queue_size:
         return OverflowDecision("reject", f"hold_queue_full:{blocked}", retry_after)

@@ -9,11 +9,17 @@ host name: the pod's name in a cluster, where each gateway replica keeps its own
 
 Requests to local engines go through the lean keep-alive client in upstream.py (the hot path); requests
 to the overflow API through an aiohttp session (any server on the internet).
+
+Requests the overflow rule holds wait in the gateway's hold queue. Whenever capacity may have changed, a round looks
+at each held request once, in fair-share order between tenants (fair_share.py), and only the one whose turn it is
+may leave; the rest wait for their turn (their timeouts still notice a passed deadline, and start a round when none
+is under way).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import socket
@@ -24,10 +30,13 @@ import aiohttp
 from floodway.operator.gateway.adapters import adapter_of, never_overflows, overflow_model
 from floodway.operator.gateway.backends import BackendChoice, BackendTable
 from floodway.operator.gateway.breaker import BreakerState, breaker_on_result, breaker_on_send
+from floodway.operator.gateway.classes import request_class
 from floodway.operator.gateway.config import GatewayConfig
+from floodway.operator.gateway.fair_share import Held, joined, left, next_turn
 from floodway.operator.gateway.metrics import WATCHED_SHARE, GatewayMetrics
 from floodway.operator.gateway.overflow import (
     SHARE_SPENT,
+    OverflowDecision,
     PoolState,
     RequestInfo,
     overflow_deadline_s,
@@ -46,10 +55,13 @@ from floodway.operator.gateway.payload import (
 )
 from floodway.operator.gateway.prefix_index import request_keys
 from floodway.operator.gateway.secrets import ApiKey
+from floodway.operator.gateway.tenant_gate import TenantGate, WithTenant
+from floodway.operator.gateway.tenant_gate import refusal as tenant_refusal
 from floodway.operator.gateway.ttft import learned_prefill_rate, predict_ttft_from_backlog, prefill_rate_sample
 from floodway.operator.gateway.upstream import RemoteResponse, UpstreamClient, UpstreamError, UpstreamTimeout
 from floodway.operator.gateway.upstream import Response as EngineResponse
 from floodway.operator.gateway.validate import refusal
+from floodway.operator.spec.models import SLOClassSpec
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 log = logging.getLogger("floodway.gateway")
@@ -101,26 +113,67 @@ class Gateway:
         self.policy = config.overflow_policy()
         self.api_key = ApiKey(config.overflow.api_key_env, config.overflow.api_key_file)
         self.budget, self.breaker = BudgetState(), BreakerState()
-        self.held = 0
+        # The hold queue, by seq, and its fair share (fair_share.py): the tenants' counters, the held request whose
+        # turn it is in the current round (None: no round), and the seqs the round has looked at.
+        self.queue: dict[int, Held] = {}
+        self.fair: dict = {}
+        self._turn: int | None = None
+        self._done: set[int] = set()
+        self._turns: dict[int, asyncio.Event] = {}
+        self._seq = itertools.count()
+        self.tenants = TenantGate(config.tenants, metrics, clock) if config.tenants.enabled() else None
         self.prefill_rate: float | None = None  # prompt tokens/s local answers showed (EWMA): engines that export none
-        self._wake = asyncio.Event()
         self._counters: dict[tuple[str, str], object] = {}  # prometheus children by labels (labels() is slow)
         self._opt_out_header = config.opt_out_header.lower()
+        self._class_header = config.class_header.lower()
+        self.classes = {c.name: c for c in config.classes}
 
     # -- state the overflow rule reads ---------------------------------------------------------------
-    def notify(self) -> None:
-        """Capacity may have changed (a request finished, a scrape landed): held requests look again."""
-        self._wake.set()
-        self._wake = asyncio.Event()
+    @property
+    def held(self) -> int:
+        return len(self.queue)
 
-    def pool_state(self, exclude: frozenset[str], held_self: bool, choice: BackendChoice | None) -> PoolState:
+    def notify(self) -> None:
+        """Capacity may have changed (a request finished, a scrape landed): a round over the held requests starts
+        (again, if one was under way) from the first in fair-share order. One that had its turn and has not looked
+        yet wakes to find it gone, and waits."""
+        self._done, self._turn = set(), None
+        self._pass_turn()
+
+    def _pass_turn(self) -> None:
+        """The round moves on to the next held request (fair_share.next_turn), waking it."""
+        if self._turn is not None:
+            self._done.add(self._turn)
+        self._turn = next_turn(self.queue.values(), self.fair, self._done)
+        if self._turn is not None:
+            self._turns[self._turn].set()
+
+    def _join(self, tenant: str | None, klass: str | None, tokens: int) -> int:
+        entry = Held(next(self._seq), tenant or "", klass, self.classes[klass].priority if klass else 0, tokens)
+        self.fair = joined(self.fair, self.queue.values(), entry)
+        self.queue[entry.seq], self._turns[entry.seq] = entry, asyncio.Event()
+        self.metrics.held.set(self.held)
+        return entry.seq
+
+    def _leave(self, seq: int, released: bool) -> None:
+        entry = self.queue.pop(seq)
+        del self._turns[seq]
+        self.fair = left(self.fair, self.queue.values(), entry, released)
+        self.metrics.held.set(self.held)
+        if self._turn == seq:
+            self._pass_turn()
+
+    def pool_state(self, exclude: frozenset[str], held_self: bool, choice: BackendChoice | None,
+                   klass: str | None = None) -> PoolState:
         """What the overflow rule reads; the predicted TTFT is the request's on the backend routing chose for it
         (the least backlog among them would be optimistic wherever the router's pick has more ahead)."""
         t = self.table.totals(exclude)
         predicted = None if choice is None or not t.ready else \
             predict_ttft_from_backlog(choice.backend.backlog, choice.uncached, choice.backend.prefill_rate,
                                       self.prefill_rate, choice.backend.admission_wait_s(choice.uncached))
-        return PoolState(t.ready, t.waiting, predicted, self.held - held_self, self.budget, self.breaker)
+        of_class = sum(h.klass == klass for h in self.queue.values()) if klass else 0
+        return PoolState(t.ready, t.waiting, predicted, self.held - held_self, self.budget, self.breaker,
+                         of_class - (held_self and klass is not None))
 
     def update_gauges(self) -> None:
         b = budget_refill(self.budget, self.policy.budget, self.clock())
@@ -137,8 +190,8 @@ class Gateway:
         child.inc()
 
     # -- one request ---------------------------------------------------------------------------------
-    async def handle(self, path: str, body: bytes, headers: dict[str, str]) -> Answer:
-        """One client request; `headers` maps lower-case names to values."""
+    async def handle(self, path: str, body: bytes, headers: dict[str, str], tenant: str | None = None) -> Answer:
+        """One client request; `headers` maps lower-case names to values; `tenant`: the client's (tenants.py)."""
         t0 = time.perf_counter()
         try:
             payload = json.loads(body)
@@ -161,18 +214,54 @@ class Gateway:
         remote_model = overflow_model(model or base, adapter, o.models, o.model)
         info = RequestInfo(estimate_tokens(payload), self.clock(), opt_out,
                            unmapped_model=never_overflows(adapter, o.models))
+        klass = None
+        if self.classes:
+            pick = request_class(self.classes, self.tenants.limits_of(tenant).default_class if self.tenants and tenant
+                                 else None, headers.get(self._class_header, ""))
+            if pick.error is not None:
+                kind = "invalid_request_error" if pick.status == 400 else "permission_error"
+                return JSONResponse(error_body(pick.error, kind, "class_not_allowed"), pick.status)
+            if pick.chosen is not None:
+                klass, info, body = self._classed(pick.chosen, info, payload, body)
+        if tenant is None or self.tenants is None:
+            return await self._dispatch(path, body, payload, info, adapter, remote_model, t0, None, klass)
+        admission = self.tenants.admit(tenant, info.tokens)
+        if admission.refused is not None:
+            return tenant_refusal(tenant, admission)
+        if o.enabled and not self.tenants.may_overflow(tenant, info.tokens):
+            info = replace(info, tenant_capped=True)
+        try:
+            answer = await self._dispatch(path, body, payload, info, adapter, remote_model, t0, tenant, klass)
+        except BaseException:  # cancelled while held (the client went away), or a bug: the slot is free again
+            self.tenants.release(tenant)
+            raise
+        return WithTenant(answer, admission.headers, lambda: self.tenants.release(tenant))
+
+    def _classed(self, c: SLOClassSpec, info: RequestInfo, payload: dict, body: bytes
+                 ) -> tuple[str, RequestInfo, bytes]:
+        """(its name, the request's info with the class's overflow rule and SLO, the body the engines get)."""
+        self.metrics.class_requests.labels(c.name).inc()
+        info = replace(info, class_local=not c.overflow, ttft_slo_s=c.ttft_ms / 1000.0 if c.ttft_ms else None,
+                       queue_limit=c.queue_limit)
+        if self.config.engine_scheduling_policy == "priority":  # the class decides, not the client
+            body = json.dumps({**payload, "priority": c.priority}).encode()
+        return c.name, info, body
+
+    async def _dispatch(self, path: str, body: bytes, payload: dict, info: RequestInfo, adapter: str | None,
+                        remote_model: str | None, t0: float | None, tenant: str | None, klass: str | None) -> Answer:
+        """Sends the request where the overflow rule says, until an attempt answers (or the rule rejects it)."""
         self.budget = budget_arrive(self.budget, self.policy.budget, info.tokens, info.arrived_at)
         self.metrics.request_tokens.inc(info.tokens)
         prompt = estimate_prompt_tokens(payload)
         stream = bool(payload.get("stream"))
         keys = request_keys(payload, adapter) if self.table.prefix is not None else []
         tried: frozenset[str] = frozenset()
-        held_since = None
+        held_since = seq = None  # seq: its place in the hold queue while held
         try:
             while True:
                 now = self.clock()
                 choice = self.table.choose(tried, keys, prompt, adapter)
-                pool = self.pool_state(tried, info.held, choice)
+                pool = self.pool_state(tried, info.held, choice, klass)
                 if not tried and not info.held:  # once per request, as it arrives
                     need = replicas_needed(pool, self.policy)
                     if need is not None:
@@ -180,35 +269,51 @@ class Gateway:
                 decision = overflow_decision(pool, self.policy, info, now)
                 if decision.reason == SHARE_SPENT and not tried and not info.held:  # once per request
                     self.metrics.overflow_declined.inc()
-                if decision.target in ("local", "overflow") and held_since is not None:  # leaves the queue
+                in_turn = seq is not None and self._turn == seq
+                if decision.target in ("local", "overflow") and not in_turn and (
+                        seq is not None or any(h.klass == klass for h in self.queue.values())):
+                    # Fair share (fair_share.py): a held request leaves in its turn only, and an arrival joins the
+                    # queue behind its class's held requests; a round looks at each in order.
+                    decision = OverflowDecision("hold", "fair_share")
+                if decision.target != "hold" and seq is not None:  # leaves the queue
                     self.metrics.hold_seconds.observe(now - held_since)
-                    held_since, info = None, replace(info, held=False)
-                    self.held -= 1
-                    self.metrics.held.set(self.held)
+                    self._leave(seq, decision.target != "reject")
+                    held_since = seq = None
+                    info = replace(info, held=False)
+                elif in_turn:
+                    self._pass_turn()
                 if decision.target == "local":
                     self.table.take(choice, keys, adapter)
                     try:
-                        return await self._local(choice, path, body, stream, t0, pool.predicted_ttft_s)
+                        answer = await self._local(choice, path, body, stream, t0, pool.predicted_ttft_s)
+                        return self._attained(answer, stream, info, tenant, klass)
                     except _Failed:
                         tried, info, t0 = tried | {choice.backend.id}, replace(info, local_failed=True), None
                 elif decision.target == "overflow":
                     self.metrics.overflow.labels(decision.reason).inc()
+                    if tenant is not None:
+                        self.tenants.overflowed(tenant, info.tokens)
+                    if klass is not None:
+                        self.metrics.class_overflow.labels(klass).inc()
                     try:
-                        return await self._overflow(path, payload, stream, info.tokens, t0, remote_model)
+                        answer = await self._overflow(path, payload, stream, info.tokens, t0, remote_model)
+                        return self._attained(answer, stream, info, tenant, klass)
                     except _Failed:
                         info, t0 = replace(info, overflow_failed=True), None
                 elif decision.target == "hold":
                     t0 = None  # added latency is measured on requests sent at once
-                    if not info.held:
-                        info, held_since = replace(info, held=True), now
-                        self.held += 1
-                        self.metrics.held.set(self.held)
+                    if seq is None:
+                        seq, held_since, info = self._join(tenant, klass, info.tokens), now, replace(info, held=True)
+                    if decision.reason == "fair_share" and self._turn is None:
+                        self.notify()  # it, or one before it, may leave now: a round looks
                     remaining = info.arrived_at + self.policy.hold_timeout_s - now
-                    wake = self._wake
-                    try:  # woken by capacity changes; the timeout also notices budget refills and deadlines
-                        await asyncio.wait_for(wake.wait(), timeout=max(0.0, min(remaining, 0.25)))
-                    except asyncio.TimeoutError:
+                    turn = self._turns[seq]
+                    try:  # woken in its turn; the timeout also notices budget refills and deadlines
+                        async with asyncio.timeout(max(0.0, min(remaining, 0.25))):  # (wait_for may swallow a cancel)
+                            await turn.wait()
+                    except TimeoutError:
                         pass
+                    turn.clear()
                 else:
                     self._count("none", "rejected")
                     retry = str(int(decision.retry_after_s or 1))
@@ -216,11 +321,27 @@ class Gateway:
                                                    "; retry later", "rate_limit_exceeded", "capacity_exceeded"),
                                         429, headers={"retry-after": retry})
         finally:
-            if held_since is not None:  # held until rejected (or the caller went away)
+            if seq is not None:  # held until the caller went away
                 self.metrics.hold_seconds.observe(self.clock() - held_since)
-            if info.held:
-                self.held -= 1
-                self.metrics.held.set(self.held)
+                self._leave(seq, False)
+
+    def _attained(self, answer: Answer, stream: bool, info: RequestInfo, tenant: str | None, klass: str | None
+                  ) -> Answer:
+        """Counts a streamed answer's TTFT against its SLO (its class's, else the service's), by tenant and class: the
+        first token has just arrived (a stream is returned once its first chunk is read), and the time since the
+        request arrived includes any hold. A whole answer's first byte is its last token: not a TTFT."""
+        slo = info.ttft_slo_s or self.policy.ttft_slo_s
+        if not stream or answer.status_code >= 400 or slo is None:
+            return answer
+        met = self.clock() - info.arrived_at <= slo
+        m = self.metrics
+        for measured, within, label in ((m.tenant_ttft_measured, m.tenant_ttft_met, tenant),
+                                        (m.class_ttft_measured, m.class_ttft_met, klass)):
+            if label is not None:
+                measured.labels(label).inc()
+                if met:
+                    within.labels(label).inc()
+        return answer
 
     # -- attempts ------------------------------------------------------------------------------------
     async def _local(self, choice: BackendChoice, path: str, body: bytes, stream: bool, t0: float | None,

@@ -29,6 +29,8 @@ CLUSTER_ONLY: dict[str, str] = {
     "resources.runtimeClassName": _NO_SCHEDULING,
     "gateway.replicas": "one local gateway",
     "gateway.apiKeysSecretRef": "the local gateway takes any client",
+    "gateway.tenantsSecretRef": "the local gateway takes any client, as tenant anonymous (held to "
+                                "gateway.tenants.default)",
     "storage.modelClaim": "the engines load spec.model",
     "storage.cacheClaim": "the cache is this machine's (FLOODWAY_CACHE, HF_HOME)",
     "storage.cacheSizeLimit": _NO_LIMITS,

@@ -4,7 +4,7 @@ Deployment, Service and the ServiceAccount + Role that let it read the engine Se
 import hashlib
 
 import yaml
-from floodway.operator.gateway.config import Overflow, Routing, Slo
+from floodway.operator.gateway.config import Overflow, Routing, Slo, Tenants
 from floodway.operator.render.images import Images
 from floodway.operator.render.meta import (
     Owner,
@@ -29,6 +29,8 @@ CONFIG_FILE = "gateway.yaml"
 API_KEY_ENV = "FLOODWAY_OVERFLOW_API_KEY"
 CLIENT_KEYS_DIR = "/var/run/secrets/floodway/gateway"
 CLIENT_KEYS_FILE = "api-keys"
+TENANTS_DIR = "/var/run/secrets/floodway/tenants"
+TENANTS_FILE = "tenants"
 
 
 def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: str = "0.0.0.0") -> dict:
@@ -44,7 +46,22 @@ def gateway_config(spec: InferenceServiceSpec, backends: dict, port: int, host: 
     return {"host": host, "port": port, "served_models": [spec.model_name, *(a.name for a in spec.adapters)],
             **adapters, "backends": backends,
             "engine_runtime": spec.engine.runtime, "routing": same_named(spec.gateway.routing, Routing),
-            "slo": same_named(spec.slo, Slo), "overflow": overflow}
+            "slo": same_named(spec.slo, Slo), "overflow": overflow, **tenants_config(spec), **classes_config(spec)}
+
+
+def classes_config(spec: InferenceServiceSpec) -> dict:
+    """The spec's classes, and the engines' scheduling policy they need to reach the engines, where set."""
+    out = {"classes": [c.model_dump() for c in spec.classes]} if spec.classes else {}
+    if spec.engine.scheduling_policy != "fcfs":
+        out["engine_scheduling_policy"] = spec.engine.scheduling_policy
+    return out
+
+
+def tenants_config(spec: InferenceServiceSpec) -> dict:
+    """{"tenants": the spec's gateway.tenants as the gateway config's (snake_case names, unset limits left out)}, or
+    nothing where it sets none."""
+    tenants = Tenants.model_validate(spec.gateway.tenants.model_dump()).model_dump(exclude_defaults=True)
+    return {"tenants": tenants} if tenants else {}
 
 
 def same_named(section: SpecModel, config: type[BaseModel]) -> dict:
@@ -57,6 +74,8 @@ def cluster_gateway_config(spec: InferenceServiceSpec, owner: Owner) -> dict:
     config = gateway_config(spec, backends, GATEWAY_PORT)
     if spec.gateway.api_keys_secret_ref is not None:
         config["auth"] = {"tokens_file": f"{CLIENT_KEYS_DIR}/{CLIENT_KEYS_FILE}"}
+    if spec.gateway.tenants_secret_ref is not None:
+        config.setdefault("tenants", {})["keys_file"] = f"{TENANTS_DIR}/{TENANTS_FILE}"
     return config
 
 
@@ -91,18 +110,22 @@ def _container(spec: InferenceServiceSpec, images: Images) -> dict:
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         "securityContext": LOCKED_CONTAINER,
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
-                        + ([{"name": "api-keys", "mountPath": CLIENT_KEYS_DIR, "readOnly": True}]
-                           if spec.gateway.api_keys_secret_ref else []),
+                        + [{"name": name, "mountPath": folder, "readOnly": True}
+                           for name, _, folder, _ in _key_files(spec)],
     }
 
 
+def _key_files(spec: InferenceServiceSpec) -> list[tuple]:
+    """(volume name, Secret key ref, folder, file) of each client keys file the spec names."""
+    files = (("api-keys", spec.gateway.api_keys_secret_ref, CLIENT_KEYS_DIR, CLIENT_KEYS_FILE),
+             ("tenants", spec.gateway.tenants_secret_ref, TENANTS_DIR, TENANTS_FILE))
+    return [f for f in files if f[1] is not None]
+
+
 def _key_volumes(spec: InferenceServiceSpec) -> list[dict]:
-    # The client keys reach the pod as a file from the Secret; the operator never reads them.
-    ref = spec.gateway.api_keys_secret_ref
-    if ref is None:
-        return []
-    return [{"name": "api-keys", "secret": {"secretName": ref.name, "items": [{"key": ref.key,
-                                                                                "path": CLIENT_KEYS_FILE}]}}]
+    # The client keys reach the pod as files from the Secrets; the operator never reads them.
+    return [{"name": name, "secret": {"secretName": ref.name, "items": [{"key": ref.key, "path": file}]}}
+            for name, ref, _, file in _key_files(spec)]
 
 
 def gateway_deployment(spec: InferenceServiceSpec, owner: Owner, images: Images) -> dict:

@@ -417,6 +417,75 @@ class RoutingSpec(SpecModel):
     there in the load score (0: not counted)."""
 
 
+# A tenant's name: a Prometheus label value and a line of the tenants file, so no spaces.
+TENANT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class TenantLimitsSpec(SpecModel):
+    """The limits the gateway holds one tenant to, each over its own counters (unset: no limit), and its class. A
+    request over a rate limit gets 429 with Retry-After and OpenAI's x-ratelimit-* headers. Tokens are the gateway's
+    estimate, prompt (characters / 4) plus the completion tokens the request allows, charged as it arrives. Each
+    gateway replica keeps its own counters: with gateway.replicas 2, a tenant spread over both gets up to twice
+    these."""
+
+    max_requests_per_minute: int | None = Field(None, ge=1)
+    """Requests per minute (a bucket refilling evenly over the minute, holding at most a minute's worth)."""
+    max_tokens_per_minute: int | None = Field(None, ge=1)
+    """Estimated tokens per minute (same bucket; a request larger than a minute's worth costs the whole of it)."""
+    max_concurrent_requests: int | None = Field(None, ge=1)
+    """Requests in flight at once (held in the gateway's queue, or streaming); a slot frees when the answer ends,
+    the client goes away or the engine fails."""
+    max_overflow_tokens_per_minute: int | None = Field(None, ge=0)
+    """Estimated tokens per minute of this tenant's requests that may go to the overflow API (its spend cap);
+    past it, its requests stay local (held while no engine is ready). 0: this tenant never overflows."""
+    default_class: str | None = Field(None, min_length=1, max_length=63)
+    """The class (spec.classes) of this tenant's requests; a request may pick a lower one (a higher priority number)
+    with the x-floodway-class header. Unset: no class (the service's own SLO and overflow rule, priority 0)."""
+
+
+class TenantSpec(TenantLimitsSpec):
+    """One tenant's limits: the fields it sets replace gateway.tenants.default's."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=TENANT_NAME)
+    """The tenant, as the tenants file names it."""
+
+
+class TenantsSpec(SpecModel):
+    """The limits each tenant is held to (gateway.tenantsSecretRef names the tenants)."""
+
+    RULES: ClassVar = (Rule("!has(self.limits) || self.limits.all(t, self.limits.exists_one(u, u.name == t.name))",
+                            "gateway.tenants.limits[].name must be unique",
+                            lambda t: len({x.name for x in t.limits}) == len(t.limits)),)
+
+    default: TenantLimitsSpec = _section(TenantLimitsSpec, "The limits of each tenant `limits` does not list, "
+                                         "each over its own counters.")
+    limits: list[TenantSpec] = Field(default_factory=list, max_length=256)
+    """Tenants with limits of their own (fields left unset: default's)."""
+
+
+class SLOClassSpec(SpecModel):
+    """A class of traffic (interactive, standard, batch): its place in the engines' queues and its overflow rule."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=TENANT_NAME)
+    """The class, as tenants' defaultClass and the x-floodway-class request header name it."""
+    priority: int = 0
+    """The `priority` the gateway sends each of its requests to the engines (lower first, vLLM's convention); they
+    take it with engine.schedulingPolicy priority (with fcfs the gateway sends none)."""
+    overflow: bool = True
+    """Whether its requests may go to the overflow API when local capacity is short; false: they stay local (held
+    while no engine is ready), whatever the triggers say."""
+    ttft_ms: float | None = Field(None, gt=0)
+    """Its time to first token SLO in milliseconds: the overflow rule's predicted-TTFT trigger for its requests
+    (unset: slo.ttftMs), what the gateway's TTFT attainment counts them against, and, with queueLimit, the wait
+    past which its requests held in the gateway are refused (unset: none)."""
+    queue_limit: int | None = Field(None, ge=0)
+    """How many of its requests may wait in the gateway's queue at once while local capacity is short and they may
+    not overflow (overflow false, or the overflow API unavailable to them), released fairly between tenants; past
+    it, once its ttftMs cannot be met by waiting, or after the gateway's hold timeout (10 s), a request gets 429 with
+    Retry-After. 0: refused at once when short. Unset: sent to the engines, which queue it (held in the gateway only
+    while none is ready)."""
+
+
 class GatewaySpec(SpecModel):
     """The OpenAI-compatible gateway in front of the engines."""
 
@@ -427,8 +496,15 @@ class GatewaySpec(SpecModel):
     """Container image; defaults to the operator's own image."""
     api_keys_secret_ref: SecretKeyRef | None = None
     """Secret key holding the API keys clients must send (`Authorization: Bearer <key>`), one per line; mounted
-    into the gateway pods as a file (the operator never reads it). Unset: the gateway takes any client."""
+    into the gateway pods as a file (the operator never reads it). Unset, with no tenantsSecretRef: the gateway
+    takes any client."""
+    tenants_secret_ref: SecretKeyRef | None = None
+    """Secret key holding the tenants file: one `<api key> <tenant>` per line (`#` starts a comment line), mounted
+    into the gateway pods as a file (the operator never reads it). Its keys are client keys as apiKeysSecretRef's
+    are: with either set, a key in neither gets 401. A client it does not name (no file, or a key only
+    apiKeysSecretRef lists) is the tenant `anonymous`."""
     routing: RoutingSpec = _section(RoutingSpec, "How the gateway picks an engine for each request.")
+    tenants: TenantsSpec = _section(TenantsSpec, "The limits each tenant is held to.")
 
 
 class StorageSpec(SpecModel):
@@ -506,7 +582,16 @@ class InferenceServiceSpec(SpecModel):
              and s.model_name not in {a.name for a in s.adapters} and s.model not in {a.name for a in s.adapters}),
         Rule(f"!has(self.adapters) || size(self.adapters) == 0 || self.engine.runtime in {list(LORA_RUNTIMES)}",
              f"adapters are served by engine.runtime {' / '.join(LORA_RUNTIMES)} (--enable-lora --lora-modules)",
-             lambda s: not s.adapters or s.engine.runtime in LORA_RUNTIMES),)
+             lambda s: not s.adapters or s.engine.runtime in LORA_RUNTIMES),
+        Rule("!has(self.classes) || self.classes.all(c, self.classes.exists_one(d, d.name == c.name))",
+             "classes[].name must be unique", lambda s: len({c.name for c in s.classes}) == len(s.classes)),
+        Rule("(!has(self.gateway.tenants.default.defaultClass) || (has(self.classes) && self.classes.exists(c, "
+             "c.name == self.gateway.tenants.default.defaultClass))) && (!has(self.gateway.tenants.limits) || "
+             "self.gateway.tenants.limits.all(t, !has(t.defaultClass) || (has(self.classes) && "
+             "self.classes.exists(c, c.name == t.defaultClass))))",
+             "gateway.tenants defaultClass must name one of classes[].name",
+             lambda s: {t.default_class for t in (s.gateway.tenants.default, *s.gateway.tenants.limits)} - {None}
+             <= {c.name for c in s.classes}),)
 
     model: str = Field(min_length=1)
     """Hugging Face model id, a path inside the image, or a built-in name such as floodway/tiny-llama. With
@@ -530,6 +615,9 @@ class InferenceServiceSpec(SpecModel):
     storage: StorageSpec = _section(StorageSpec, "Where the engine finds the model and keeps its cache.")
     rollout: RolloutSpec = _section(RolloutSpec, "How the engine Deployment replaces pods on a spec change.")
     network_policy: NetworkPolicySpec = _section(NetworkPolicySpec, "Who may reach the engine pods.")
+    classes: list[SLOClassSpec] = Field(default_factory=list, max_length=16)
+    """Classes of traffic, each with its priority in the engines and its overflow rule; a tenant's requests are of
+    its defaultClass (gateway.tenants)."""
 
     @property
     def model_name(self) -> str:

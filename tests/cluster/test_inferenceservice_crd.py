@@ -65,10 +65,18 @@ OVERFLOW_RULE = "overflow.baseURL and overflow.apiKeySecretRef are required when
      "adapters[].name must be unique and differ from the served model name"),
     ({"adapters": [{"name": "a", "source": "x"}], "engine": {"runtime": "tgi"}},
      "adapters are served by engine.runtime"),
+    ({"gateway": {"tenants": {"limits": [{"name": "t"}, {"name": "t"}]}}},
+     "gateway.tenants.limits[].name must be unique"),
+    ({"classes": [{"name": "c"}, {"name": "c"}]}, "classes[].name must be unique"),
+    ({"classes": [{"name": "c"}], "gateway": {"tenants": {"limits": [{"name": "t", "defaultClass": "d"}]}}},
+     "gateway.tenants defaultClass must name one of classes[].name"),
+    ({"gateway": {"tenants": {"default": {"defaultClass": "d"}}}},
+     "gateway.tenants defaultClass must name one of classes[].name"),
 ], ids=["min>max", "ttft0", "tpot<0", "runtime", "no-baseURL", "no-key", "maxModelLen0", "gpus<0", "gpus>1-no-tp",
         "claim-dotdot", "claim-abs", "env-both", "env-none", "cpu", "surge", "unavailable", "mode", "quantization",
         "llamacpp-int4", "vllm-int8", "draft-no-model", "lookup-min>max", "spec-tokens>16", "tgi-lookup",
-        "sglang-spec", "adapter-twice", "adapter-is-base", "adapter-tgi"])
+        "sglang-spec", "adapter-twice", "adapter-is-base", "adapter-tgi", "tenant-twice", "class-twice",
+        "tenant-class-unknown", "default-class-unknown"])
 def test_bad_spec_is_refused_by_the_api_server_and_by_the_local_parser(cluster, ns, bad, message):
     doc = manifest("bad", **bad)
     refused = cluster.kubectl("create", "-f", "-", input=json.dumps(doc), check=False)
@@ -116,6 +124,17 @@ def test_a_spec_with_and_without_adapters_is_accepted(cluster, ns):
                                                    engine={"runtime": "vllm"})):
         parse(doc)
         cluster.kubectl("-n", ns, "apply", "--dry-run=server", "-f", "-", input=json.dumps(doc))
+
+
+def test_tenants_and_classes_are_accepted(cluster, ns):
+    doc = manifest("tenants", classes=[{"name": "interactive", "priority": 0, "ttftMs": 300},
+                                       {"name": "batch", "priority": 10, "overflow": False}],
+                   gateway={"tenantsSecretRef": {"name": "tenants", "key": "tenants"},
+                            "tenants": {"default": {"maxRequestsPerMinute": 60, "defaultClass": "batch"},
+                                        "limits": [{"name": "app", "defaultClass": "interactive",
+                                                    "maxConcurrentRequests": 8}]}})
+    parse(doc)
+    cluster.kubectl("-n", ns, "apply", "--dry-run=server", "-f", "-", input=json.dumps(doc))
 
 
 def test_each_runtime_accepts_the_quantization_and_speculation_it_honours(cluster, ns):

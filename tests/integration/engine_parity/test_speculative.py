@@ -2,10 +2,9 @@
 one batch with a request that does not speculate (seeded sampling), n > 1, prefix-cache hits, chunked prefill
 and preemption; no block leaks."""
 
-from floodway.engine.prefill_budget import StepTimes
 from floodway.engine.sampling_params import SamplingParams
 
-from tests.unit.engine.conftest import assert_no_leak
+from tests.unit.engine.conftest import assert_no_leak, verify_every_draft
 
 TEXT = ("The river runs past the old mill and under the stone bridge. In spring the water rises and the meadow "
         "floods, so the farmers move their sheep to the hill.")
@@ -21,9 +20,8 @@ def _run(path: str, spec: str | None) -> tuple[dict, object]:
     # 14 blocks of 16 for five sequences of ~100 tokens: preemption; 32-token steps: prompts in chunks.
     eng = LLMEngine(EngineConfig(model=path, dtype="float32", max_model_len=256, num_kv_blocks=14,
                                  max_num_batched_tokens=32, max_num_seqs=8, speculative_config=spec))
-    if spec:  # verify every proposal, whatever this machine's step times
-        eng.speculator.times = StepTimes(decode_s=1.0)
-        eng.speculator.observe_step = lambda *args: None
+    if spec:
+        verify_every_draft(eng)
     ids = [list(eng.tokenizer.apply_chat_template([{"role": "user", "content": a}], add_generation_prompt=True,
                                                   tokenize=True, return_dict=True)["input_ids"]) for a in ASKS]
     greedy = dict(max_tokens=32, temperature=0.0, ignore_eos=True)

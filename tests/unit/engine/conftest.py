@@ -47,3 +47,10 @@ def clean_engine(engine):
 @pytest.fixture(scope="session")
 def run_to_end():
     return _run_to_end
+
+
+def verify_every_draft(eng) -> None:
+    """The engine's speculation policy verifies every proposal, whatever this machine's step times: a plain step
+    timed and no verify step yet (so drafts are unpriced), and no step timed after."""
+    eng.speculator.cost.observe(1, 0, 1.0)
+    eng.speculator.observe_step = lambda *args: None

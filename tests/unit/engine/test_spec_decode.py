@@ -8,6 +8,7 @@ import torch
 from floodway.engine.spec_decode import config as spec_config
 from floodway.engine.spec_decode.ngram import propose
 from floodway.engine.spec_decode.policy import Acceptance, choose_num_drafts
+from floodway.engine.spec_decode.step_cost import StepCost
 from floodway.engine.spec_decode.verify import verify
 
 
@@ -107,3 +108,26 @@ def test_greedy_verify_keeps_the_agreeing_prefix_then_the_targets_token():
     assert verify(x, [[1, 2, 4]], [True], [None]) == [[1, 2, 4, 0]]
     assert verify(x, [[3, 2, 4]], [True], [None]) == [[1]]
     assert verify(x[:3], [[1], []], [True, True], [None, None]) == [[1, 2], [4]]
+
+
+def test_step_cost_fit_prices_drafts_per_batch_and_turns_speculation_off_where_rows_dominate():
+    # A CPU-like step: 20 ms of weights, 6 ms per row (decode or draft): rows dominate past a few sequences.
+    cost = StepCost()
+    assert cost.decode_s(1) is None and cost.s_per_draft is None
+    for step in range(200):
+        b, d = 1 + step % 32, (step % 3) * (step % 5)
+        cost.observe(b, d, 0.020 + 0.006 * b + 0.006 * d)
+    assert cost.decode_s(1) == pytest.approx(0.026) and cost.decode_s(32) == pytest.approx(0.212)
+    assert cost.s_per_draft == pytest.approx(0.006)
+    rates = 0.8
+    assert choose_num_drafts([rates], [4], cost.decode_s(1), cost.s_per_draft)[0] >= 2
+    assert choose_num_drafts([rates] * 32, [4] * 32, cost.decode_s(32), cost.s_per_draft) == [0] * 32
+
+
+def test_step_cost_needs_steps_with_and_without_drafts():
+    cost = StepCost()
+    for _ in range(10):
+        cost.observe(4, 0, 0.05)
+    assert cost.decode_s(4) == pytest.approx(0.05) and cost.s_per_draft is None
+    cost.observe(4, 8, 0.09)
+    assert cost.s_per_draft == pytest.approx(0.005)

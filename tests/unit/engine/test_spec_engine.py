@@ -10,11 +10,10 @@ import math
 import pytest
 import torch
 from floodway.engine.block_pool import chain_hash
-from floodway.engine.prefill_budget import StepTimes
 from floodway.engine.sampling_params import SamplingParams
 from floodway.engine.structured import StructuredSpec
 
-from tests.unit.engine.conftest import assert_no_leak
+from tests.unit.engine.conftest import assert_no_leak, verify_every_draft
 
 SPEC = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}'
 PATTERN = [11, 12, 13, 14, 15, 16, 17, 18]
@@ -28,9 +27,8 @@ def make_engine(model: str, spec: str | None, **overrides):
 
     cfg = dict(model=model, max_model_len=256, num_kv_blocks=64, max_num_batched_tokens=64, max_num_seqs=16)
     eng = LLMEngine(EngineConfig(**{**cfg, **overrides}, speculative_config=spec))
-    if spec:  # every proposal is verified, whatever this machine's step times: the tests cover the same paths
-        eng.speculator.times = StepTimes(decode_s=1.0)
-        eng.speculator.observe_step = lambda *args: None
+    if spec:  # the tests cover the same paths whatever this machine's step times
+        verify_every_draft(eng)
     return eng
 
 
@@ -107,6 +105,20 @@ def test_greedy_mixed_batch_equals_non_speculative(tiny_model_path):
     a, b = spec["logprobs"][0], plain["logprobs"][0]
     assert a.cumulative_logprob == pytest.approx(b.cumulative_logprob, abs=1e-3)
 
+
+def test_priced_out_drafts_are_verified_only_on_probe_steps(tiny_model_path):
+    from floodway.engine.spec_decode.policy import PROBE_EVERY
+
+    eng = make_engine(tiny_model_path, SPEC)
+    cost = eng.speculator.cost  # a plain step of 10 ms, a draft of 1 s: no draft pays
+    cost.observe(1, 0, 0.01)
+    cost.observe(1, 4, 4.01)
+    eng.speculator.observe_step = lambda *args: None
+    out = run(eng, {"x": (PROMPTS[0], SamplingParams(max_tokens=4 * PROBE_EVERY, **GREEDY))})["x"][0]
+    c = eng.speculator.counters
+    # The pattern prompt proposes drafts at every step; only one decode step in PROBE_EVERY verifies them.
+    assert 1 <= c.num_drafts <= len(out.output_token_ids) // PROBE_EVERY
+    assert c.num_accepted_tokens > 0
 
 def test_logprobs_and_stop_strings_per_token(tiny_model_path):
     tok_eng = make_engine(tiny_model_path, None)

@@ -8,7 +8,6 @@ import json
 import random
 
 import aiohttp
-from aiohttp import web
 from floodway.operator.gateway.backends import BackendTable
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.metrics import GatewayMetrics
@@ -16,21 +15,11 @@ from floodway.operator.gateway.proxy import Gateway
 from floodway.operator.gateway.routing import RoutingWeights
 from floodway.operator.gateway.upstream import UpstreamClient
 
+from tests.unit.gateway.stand_in import completions_stand_in
 
-async def _stand_in(seen: list[tuple[str, str]]) -> tuple[web.AppRunner, str]:
-    async def complete(request: web.Request) -> web.Response:
-        model = (await request.json()).get("model")
-        seen.append((request.path, model))
-        return web.json_response({"id": "c", "object": "text_completion", "created": 0, "model": model,
-                                  "choices": [{"index": 0, "text": "ok", "finish_reason": "stop", "logprobs": None}]})
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    app.router.add_post("/ext/v1/completions", complete)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+def models(seen: list[tuple[str, dict]]) -> list[tuple[str, str]]:
+    return [(path, body["model"]) for path, body in seen]
 
 
 async def _answers(url: str, ready: bool, models: list[str], **overflow) -> list[tuple[int, str | None]]:
@@ -58,22 +47,22 @@ async def _answers(url: str, ready: bool, models: list[str], **overflow) -> list
 
 
 async def test_only_mapped_models_overflow_under_their_mapped_names():
-    seen: list[tuple[str, str]] = []
-    runner, url = await _stand_in(seen)
+    seen: list[tuple[str, dict]] = []
+    runner, url = await completions_stand_in(seen)
     try:
         # No engine ready and no room to hold: the mapped ones overflow, the unmapped adapter gets 429 at once.
         got = await _answers(url, False, ["support", "base", "legal"], hold_queue_size=0)
         assert got[:2] == [(200, b"overflow"), (200, b"overflow")]
         assert got[2] == (429, b"1")
-        assert seen == [("/ext/v1/completions", "api-support"), ("/ext/v1/completions", "api-base")]
+        assert models(seen) == [("/ext/v1/completions", "api-support"), ("/ext/v1/completions", "api-base")]
         # An engine ready but queued past the threshold: the mapped adapter overflows, the unmapped one stays local.
         seen.clear()
         got = await _answers(url, True, ["support", "legal"])
         assert got == [(200, b"overflow"), (200, url.encode())]
-        assert seen == [("/ext/v1/completions", "api-support"), ("/v1/completions", "legal")]
+        assert models(seen) == [("/ext/v1/completions", "api-support"), ("/v1/completions", "legal")]
         # Held while no engine is ready, until its time is up: 429 with Retry-After, never the API.
         seen.clear()
         assert await _answers(url, False, ["legal"], hold_queue_size=4, hold_timeout_s=0.1) == [(429, b"1")]
-        assert seen == []
+        assert models(seen) == []
     finally:
         await runner.cleanup()

@@ -9,7 +9,6 @@ from dataclasses import asdict
 
 import aiohttp
 import pytest
-from aiohttp import web
 from floodway.operator.autoscaler.signals import parse_gateway
 from floodway.operator.gateway.backends import BackendTable
 from floodway.operator.gateway.config import GatewayConfig
@@ -27,6 +26,8 @@ from floodway.operator.gateway.overflow_budget import (
 from floodway.operator.gateway.proxy import Gateway
 from floodway.operator.gateway.routing import RoutingWeights
 from floodway.operator.gateway.upstream import UpstreamClient
+
+from tests.unit.gateway.stand_in import completions_stand_in
 
 SHARE = BudgetLimits(max_share=0.25)
 
@@ -103,20 +104,8 @@ async def test_the_proxy_counts_each_request_against_the_share_and_keeps_the_res
     overflow API, /ext/v1/...): with the engine queued past the threshold and a 60% share, every other request
     overflows (60% of what arrived, counting it), the others stay local, and the counters the autoscaler reads say
     so."""
-    seen: list[str] = []
-
-    async def complete(request: web.Request) -> web.Response:
-        seen.append(request.path)
-        return web.json_response({"id": "c", "object": "text_completion", "created": 0, "model": "m",
-                                  "choices": [{"index": 0, "text": "ok", "finish_reason": "stop", "logprobs": None}]})
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    app.router.add_post("/ext/v1/completions", complete)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    seen: list[tuple[str, dict]] = []
+    runner, url = await completions_stand_in(seen)
     config = GatewayConfig.model_validate({"backends": {"static": [url]}, "overflow": {
         "enabled": True, "base_url": url + "/ext/v1", "max_waiting_per_replica": 1, "max_share": 0.6}})
     table = BackendTable(RoutingWeights(), random.Random(0))
@@ -133,7 +122,7 @@ async def test_the_proxy_counts_each_request_against_the_share_and_keeps_the_res
     finally:
         local.close()
         await runner.cleanup()
-    assert seen == ["/v1/completions", "/ext/v1/completions"] * 2
+    assert [path for path, _ in seen] == ["/v1/completions", "/ext/v1/completions"] * 2
     got = parse_gateway(metrics.render().decode())
     assert (got.overflow_total, got.declined_total) == (2, 2)
     assert got.overflow_tokens_total == got.request_tokens_total / 2 > 0

@@ -37,11 +37,12 @@ BASE = {
                    "intermediateSize": 14336, "maxPositionEmbeddings": 8192},
     "overflow": {"enabled": True, "baseURL": "https://api.example/v1", "model": "small", "apiKeySecretRef": SECRET,
                  "maxRequestsPerMinute": 60, "maxTokensPerMinute": 6000},
-    "gateway": {"apiKeysSecretRef": SECRET},
+    "gateway": {"apiKeysSecretRef": SECRET, "tenantsSecretRef": SECRET, "tenants": {"limits": [{"name": "batch"}]}},
     "storage": {"modelClaim": {"name": "weights", "path": "m"}, "cacheClaim": {"name": "cache"}},
     "rollout": {"maxSurge": 1, "maxUnavailable": 1},
     "networkPolicy": {"allowFrom": [{"namespaceSelector": {}}]},
     "adapters": [{"name": "support", "source": "adapters/support"}],
+    "classes": [{"name": "batch", "priority": 5, "ttftMs": 5000}],
 }
 # Fields whose effect needs another setting first (path: changes to BASE).
 CONTEXT = {
@@ -73,6 +74,9 @@ SAMPLES = {  # values for fields a generic guess cannot make valid
     ("image_pull_secrets",): ["regcred"],
     ("model_shape", "max_position_embeddings"): 2048,  # below engine.maxModelLen
     ("overflow", "models"): {"support": "small-support"},
+    ("gateway", "tenants", "default", "default_class"): "batch",  # one of BASE's classes
+    ("gateway", "tenants", "limits", "[]", "default_class"): "batch",
+    ("classes", "[]", "name"): "bulk",
 }
 
 # Fields that reach a target of another name by a rule of the spec's (path, target): why.
@@ -97,6 +101,8 @@ DERIVED = {
     (("adapters", "[]", "source"), "flag:lora_modules"): "each adapter is a name=path item of --lora-modules",
     (("adapters", "[]", "name"), "gateway:served_models"): "the gateway serves the adapters' names too",
     (("overflow", "models"), "gateway:overflow.models.support"): "the mapping, flattened to one key per model",
+    (("gateway", "tenants", "limits"), "gateway:tenants.limits"): "the list of tenants passes whole (one value)",
+    (("classes",), "gateway:classes"): "the list of classes passes whole (one value)",
 }
 # Fields no engine flag, gateway config or policy field has: only the renderer reads them, into the Kubernetes
 # objects (path: what they become there). The test checks that the rendered objects change.
@@ -117,6 +123,7 @@ RENDERED = {
     ("gateway", "replicas"): "the gateway Deployment's replicas and PodDisruptionBudget",
     ("gateway", "image"): "the gateway container's image",
     ("gateway", "api_keys_secret_ref"): "the client keys file mounted from the Secret",
+    ("gateway", "tenants_secret_ref"): "the tenants file mounted from the Secret",
     ("storage",): "volumes, mounts and the model path",
     ("rollout",): "the engine Deployment's rolling update strategy",
     ("network_policy",): "the engine NetworkPolicy",
@@ -132,6 +139,9 @@ OTHER = {
     ("adapters",): ("the engine's --lora-modules name=path items", lambda s: _flags(s).get("lora_modules")),
     ("overflow", "models"): ("the gateway's overflow.models (a mapping)",
                              lambda s: gateway_config(s, {"static": []}, 0)["overflow"].get("models")),
+    ("classes",): ("the gateway's classes (a list)", lambda s: gateway_config(s, {"static": []}, 0)["classes"]),
+    ("gateway", "tenants", "limits"): ("the gateway's tenants.limits (a list)",
+                                       lambda s: gateway_config(s, {"static": []}, 0)["tenants"]["limits"]),
 }
 
 
