@@ -11,8 +11,9 @@ engine.schedulingPolicy priority), its overflow flag and TTFT SLO to the overflo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from floodway.operator.gateway.overflow import RequestInfo
 from floodway.operator.spec.models import SLOClassSpec
 
 
@@ -36,3 +37,10 @@ def request_class(classes: Mapping[str, SLOClassSpec], tenant_class: str | None,
         return ClassChoice(None, 403, f"class {asked!r} is above this client's class ({tenant_class or 'none'}); a "
                            "request may only pick a lower one")
     return ClassChoice(chosen)
+
+
+def classed(info: RequestInfo, c: SLOClassSpec) -> RequestInfo:
+    """A request's overflow-rule fields once it is of class `c`: whether it may overflow, its TTFT SLO (seconds;
+    None: the service's) and its queue limit."""
+    return replace(info, class_local=not c.overflow, ttft_slo_s=c.ttft_ms / 1000.0 if c.ttft_ms else None,
+                   queue_limit=c.queue_limit)

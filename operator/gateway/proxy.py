@@ -30,7 +30,7 @@ import aiohttp
 from floodway.operator.gateway.adapters import adapter_of, never_overflows, overflow_model
 from floodway.operator.gateway.backends import BackendChoice, BackendTable
 from floodway.operator.gateway.breaker import BreakerState, breaker_on_result, breaker_on_send
-from floodway.operator.gateway.classes import request_class
+from floodway.operator.gateway.classes import classed, request_class
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.fair_share import Held, joined, left, next_turn
 from floodway.operator.gateway.metrics import WATCHED_SHARE, GatewayMetrics
@@ -241,8 +241,7 @@ class Gateway:
                  ) -> tuple[str, RequestInfo, bytes]:
         """(its name, the request's info with the class's overflow rule and SLO, the body the engines get)."""
         self.metrics.class_requests.labels(c.name).inc()
-        info = replace(info, class_local=not c.overflow, ttft_slo_s=c.ttft_ms / 1000.0 if c.ttft_ms else None,
-                       queue_limit=c.queue_limit)
+        info = classed(info, c)
         if self.config.engine_scheduling_policy == "priority":  # the class decides, not the client
             body = json.dumps({**payload, "priority": c.priority}).encode()
         return c.name, info, body

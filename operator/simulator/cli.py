@@ -1,6 +1,7 @@
 """`floodway simulate`: replay a trace against autoscaling policies side by side."""
 
 import typer
+from floodway.operator.simulator.population import ABUSE, TENANT_HEADROOM
 
 DEFAULT_POLICIES = ["floodway+overflow", "floodway", "static-peak", "static-mean", "hpa", "keda", "keda+overflow",
                     "kpa", "kpa+overflow"]
@@ -62,6 +63,16 @@ def register(app: typer.Typer) -> None:
                                                        "entry never overflows."),
         max_loras: int = typer.Option(None, min=1, help="Adapters each replica holds resident at once (the "
                                                         "engines' --max-loras; default 1)."),
+        classes: str = typer.Option(None, help="SLO classes' shares of the requests, of the built-in interactive, "
+                                               "standard and batch, e.g. 'interactive=0.3,standard=0.5,batch=0.2' "
+                                               "(prints attainment per class)."),
+        tenants: int = typer.Option(None, min=1, help="Tenants t1..tN sending the trace evenly, each held to its "
+                                                      "limits; the last sends --abuse times its share."),
+        abuse: float = typer.Option(None, min=1.0, help="The last tenant's traffic in multiples of its share "
+                                                        f"(default {ABUSE:g}; 1: no abusive tenant)."),
+        tenant_rpm: int = typer.Option(None, min=1, help="Each tenant's maxRequestsPerMinute (default: "
+                                                         f"{TENANT_HEADROOM:g}x a fair tenant's share of the trace's "
+                                                         "busiest minute)."),
         scale_to_zero: float = typer.Option(None, help="Let our policy scale to zero after this many idle seconds."),
         static_peak: int = typer.Option(None, help="Static peak pool size (default: found by simulation)."),
         traces_dir: str = typer.Option(None, help="Folder of the real traces (default: the vendored data/traces)."),
@@ -91,7 +102,8 @@ def register(app: typer.Typer) -> None:
                 ttft_from_prefill_backlog=prefill_backlog_ttft, learned_prefill_rate=learned_prefill_rate,
                 prefill_budget=prefill_budget,
                 overflow_share=overflow_share, priority=priority, prefix=prefix_cache,
-                adapters=adapters, overflow_models=overflow_models, max_loras=max_loras,
+                adapters=adapters, overflow_models=overflow_models, max_loras=max_loras, classes=classes,
+                tenants=tenants, abuse=abuse, tenant_rpm=tenant_rpm,
                 static_peak=static_peak, traces_dir=traces_dir, seed=seed, gpu_price_per_hour=gpu_price_per_hour,
                 api_price_in=api_price_in, api_price_out=api_price_out)
             if sweep:

@@ -1,15 +1,17 @@
 """What a simulation runs with besides the trace and the scaler: the replicas' profile, cold start, SLO, the
-gateway's overflow rule and its predictions, the external API's latencies, prefix caching, LoRA adapters, and the
-prices."""
+gateway's overflow rule and its predictions, the external API's latencies, prefix caching, LoRA adapters, tenants and
+SLO classes, and the prices."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from floodway.engine.config import EngineConfig
 from floodway.operator.gateway import overflow as ov
+from floodway.operator.gateway.config import Tenants
 from floodway.operator.gateway.routing import PrefixPolicy
 from floodway.operator.planner.prices import Prices
 from floodway.operator.simulator.replica import ReplicaProfile
+from floodway.operator.spec.models import SLOClassSpec
 
 
 @dataclass(frozen=True)
@@ -43,5 +45,12 @@ class SimConfig:
     # gateway's overflow.models: a request for an adapter without an entry never overflows.
     max_loras: int = EngineConfig.max_loras
     overflow_models: Mapping[str, str] = field(default_factory=dict)
+    # Tenants and SLO classes (population.py), as the gateway config has them: each tenant's limits (tenants.py) and
+    # the classes by name (classes.py), which set each request's overflow rule, TTFT SLO and queue limit.
+    tenants: Tenants = field(default_factory=Tenants)
+    classes: Mapping[str, SLOClassSpec] = field(default_factory=dict)
+    # The engines schedule by priority (engine.schedulingPolicy priority): the gateway sends each classed request
+    # with its class's priority, and replicas admit lower numbers first (replica.py).
+    engine_priority: bool = False
     # What replica-hours and overflowed tokens cost (the simulated spec's, planner.prices.spec_prices): the $ figures.
     prices: Prices = Prices(None, None, None)

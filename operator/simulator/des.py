@@ -61,7 +61,8 @@ class Simulation:
         self.cfg, self.scaler = config, scaler
         if config.prefix not in (None, "load", "prefix"):
             raise ValueError(f"prefix must be None, 'load' or 'prefix', got {config.prefix!r}")
-        self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, r.blocks, r.adapter) for r in trace]
+        self.reqs = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, r.blocks, r.adapter, r.tenant, r.klass)
+                     for r in trace]
         self.end = self.reqs[-1].arrival_s
         self.slots: list[ReplicaSlot] = []
         self.events: list = []
@@ -209,7 +210,7 @@ class Simulation:
                          self.reasons, prefix)
 
     def _finish_all(self) -> None:
-        for r in self.gateway.held:
+        for r, _ in self.gateway.held:
             r.where = "rejected"
         for s in self._active():
             while s.replica.busy:

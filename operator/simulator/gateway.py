@@ -9,19 +9,26 @@ wait for a batch slot or KV cache) and applies the real overflow rule (an adapte
 entry never overflows: adapters.never_overflows): the request goes to that replica, to the
 external API (answered with SimConfig's fixed TTFT and TPOT), into the hold queue (retried each second) or is
 rejected; with a share limit (autoscaling.priority budget) it counts each request against the share as it arrives,
-as the gateway does. It keeps the counters the operator scrapes from a gateway (`sample`).
+as the gateway does. With tenants (SimConfig.tenants) a request is first admitted by its tenant's limits
+(tenants.admit; refused: `where` "refused", never sent on) and its tenant's overflow cap applies; its class
+(classes.request_class, SimConfig.classes) sets its overflow rule, TTFT SLO and queue limit (classes.classed). The
+hold queue releases in arrival order (the gateway's fair share between tenants, fair_share.py, is not modelled).
+It keeps the counters the operator scrapes from a gateway (`sample`).
 """
 
+import heapq
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from random import Random
 
 from floodway.operator.autoscaler.signals import GatewaySample, observe
 from floodway.operator.gateway import overflow as ov
 from floodway.operator.gateway import overflow_budget as ob
+from floodway.operator.gateway import tenants as tn
 from floodway.operator.gateway import ttft as tt
 from floodway.operator.gateway.adapters import AdapterIndex, adapter_hits, never_overflows
+from floodway.operator.gateway.classes import classed, request_class
 from floodway.operator.gateway.routing import (
     BackendLoad,
     RoutingWeights,
@@ -49,7 +56,7 @@ class SimGateway:
     def __init__(self, cfg: SimConfig):
         self.cfg = cfg
         self.rng = Random(0)  # the routing's power-of-two choices and ties
-        self.held: deque[SimRequest] = deque()
+        self.held: deque[tuple[SimRequest, ov.RequestInfo]] = deque()  # with its info as it arrived
         self.budget = ob.BudgetState()
         self.e2e_ewma: float | None = None
         self.prefill_rate: float | None = None  # the learned rate, from its answers so far
@@ -58,8 +65,48 @@ class SimGateway:
         self.tokens = self.overflowed_tokens = self.declined = 0
         self.needed = dict.fromkeys((*ov.REPLICAS_NEEDED_BUCKETS, math.inf), 0)  # floodway_gateway_replicas_needed
         self.adapters = AdapterIndex(cfg.max_loras)  # by slot name
+        self.tenants: dict[str, tn.TenantState] = {}  # each tenant's counters (tenant_gate.TenantGate's)
+        self._limits = cfg.tenants.limits_by_name()
+        self._overflow_ends: list[tuple[float, int, SimRequest]] = []  # (finish, seq, request): their slots free then
+
+    def _limits_of(self, tenant: str):
+        return self._limits.get(tenant, self.cfg.tenants.default)
+
+    def _release(self, r: SimRequest) -> None:
+        """Its tenant's concurrency slot frees: the answer ended, or it was rejected."""
+        if r.tenant in self.tenants:
+            self.tenants[r.tenant] = tn.released(self.tenants[r.tenant])
+
+    def _admit(self, r: SimRequest, t: float) -> ov.RequestInfo | None:
+        """What the gateway knows of a new request, as its handler builds it (class, then tenant admission); None:
+        refused by its class or its tenant's limits."""
+        tokens = r.prompt + r.output
+        info = ov.RequestInfo(tokens=tokens, arrived_at=r.arrival_s,
+                              unmapped_model=never_overflows(r.adapter, self.cfg.overflow_models))
+        tenanted = r.tenant is not None and self.cfg.tenants.enabled()
+        if self.cfg.classes:
+            default = self._limits_of(r.tenant).default_class if tenanted else None
+            pick = request_class(self.cfg.classes, default, r.klass or "")
+            if pick.error is not None:
+                return None
+            r.klass = pick.chosen.name if pick.chosen is not None else None  # its class, as the gateway counts it
+            if self.cfg.engine_priority and pick.chosen is not None:
+                r.priority = pick.chosen.priority
+            info = classed(info, pick.chosen) if pick.chosen is not None else info
+        if not tenanted:
+            return info
+        while self._overflow_ends and self._overflow_ends[0][0] <= t:
+            self._release(heapq.heappop(self._overflow_ends)[2])
+        limits = self._limits_of(r.tenant)
+        a = tn.admit(self.tenants.get(r.tenant, tn.TenantState()), limits, tokens, t)
+        self.tenants[r.tenant] = a.state
+        if a.refused is not None:
+            return None
+        capped = self.cfg.overflow.enabled and not tn.overflow_allows(a.state, limits, tokens, t)
+        return replace(info, tenant_capped=capped)
 
     def on_finish(self, r: SimRequest) -> None:
+        self._release(r)
         a = 0.2  # the gateway's EWMA weight (proxy.py), for the former TTFT prediction
         e2e = r.finish_s - r.arrival_s
         self.e2e_ewma = e2e if self.e2e_ewma is None else (1 - a) * self.e2e_ewma + a * e2e
@@ -71,21 +118,25 @@ class SimGateway:
 
     def arrive(self, ready: list[ReplicaSlot], r: SimRequest, t: float) -> bool:
         """Route a new request; True when it is the first one held (the caller's cue to retry in a second)."""
+        info = self._admit(r, t)
+        if info is None:
+            r.where = "refused"
+            return False
         self.requests += 1
         self.tokens += r.prompt + r.output
         self.budget = ob.budget_arrive(self.budget, self.cfg.overflow.budget, r.prompt + r.output, t)
-        if self._dispatch(ready, r, t, held=False):
+        if self._dispatch(ready, r, info, t):
             return False
-        self.held.append(r)
+        self.held.append((r, info))
         return len(self.held) == 1
 
     def drain(self, ready: list[ReplicaSlot], t: float) -> bool:
         """Retry the held requests in order; True while some stay held."""
         keep = deque()
         while self.held:
-            r = self.held.popleft()
-            if not self._dispatch(ready, r, t, held=True):
-                keep.append(r)
+            r, info = self.held.popleft()
+            if not self._dispatch(ready, r, replace(info, held=True), t):
+                keep.append((r, info))
         self.held = keep
         return bool(self.held)
 
@@ -121,7 +172,8 @@ class SimGateway:
             sample = tt.prefill_rate_sample(backlog, uncached, req.first_token_s - sent)
             self.prefill_rate = tt.learned_prefill_rate(self.prefill_rate, sample)
 
-    def _pool(self, ready: list[ReplicaSlot], choice: SlotChoice | None, t: float) -> ov.PoolState:
+    def _pool(self, ready: list[ReplicaSlot], choice: SlotChoice | None, t: float, klass: str | None
+              ) -> ov.PoolState:
         n = len(ready)
         waiting = sum(s.replica.waiting for s in ready)
         if self.cfg.waiting_includes_prefill:
@@ -140,15 +192,15 @@ class SimGateway:
             # The request's own prefill time stands in for the gateway's base TTFT estimate.
             base = choice.uncached / self.cfg.profile.prefill_tokens_per_s
             pred = tt.predict_ttft_s(waiting / n, running / n, self.e2e_ewma, base)
-        return ov.PoolState(ready=n, waiting=waiting, predicted_ttft_s=pred, held=len(self.held), budget=self.budget)
+        of_class = sum(q.klass == klass for q, _ in self.held) if klass else 0
+        return ov.PoolState(ready=n, waiting=waiting, predicted_ttft_s=pred, held=len(self.held), budget=self.budget,
+                            held_of_class=of_class)
 
-    def _dispatch(self, ready: list[ReplicaSlot], r: SimRequest, t: float, held: bool) -> bool:
+    def _dispatch(self, ready: list[ReplicaSlot], r: SimRequest, info: ov.RequestInfo, t: float) -> bool:
         """Route one request by the gateway's overflow rule; False when it stays held."""
-        pol = self.cfg.overflow
-        info = ov.RequestInfo(tokens=r.prompt + r.output, arrived_at=r.arrival_s, held=held,
-                              unmapped_model=never_overflows(r.adapter, self.cfg.overflow_models))
+        pol, held = self.cfg.overflow, info.held
         choice = self._choose(ready, r, t)
-        pool = self._pool(ready, choice, t)
+        pool = self._pool(ready, choice, t, r.klass)
         need = None if held else ov.replicas_needed(pool, pol)
         if need is not None:
             observe(self.needed, need)
@@ -163,6 +215,7 @@ class SimGateway:
             r.where = "local"
             if not best.replica.fits(r):
                 r.where = "rejected"
+                self._release(r)
                 return True
             backlog = best.replica.backlog
             best.replica.submit(r, t)
@@ -175,8 +228,13 @@ class SimGateway:
             r.finish_s = r.first_token_s + max(r.output - 1, 0) * self.cfg.external_tpot_s
             self.overflowed += 1
             self.overflowed_tokens += info.tokens
+            if r.tenant in self.tenants:
+                self.tenants[r.tenant] = tn.overflow_taken(self.tenants[r.tenant], self._limits_of(r.tenant),
+                                                           info.tokens, t)
+                heapq.heappush(self._overflow_ends, (r.finish_s, id(r), r))
         elif d.target == "reject":
             r.where = "rejected"
+            self._release(r)
         else:
             return False
         return True

@@ -93,14 +93,17 @@ class ReplicaProfile:
 
 
 class SimRequest:
-    __slots__ = ("arrival_s", "prompt", "output", "blocks", "adapter", "left", "first_token_s", "finish_s", "where")
+    __slots__ = ("arrival_s", "prompt", "output", "blocks", "adapter", "tenant", "klass", "priority", "left",
+                 "first_token_s", "finish_s", "where")
 
     def __init__(self, arrival_s: float, prompt: int, output: int, blocks: tuple[int, ...] = (),
-                 adapter: str | None = None):
+                 adapter: str | None = None, tenant: str | None = None, klass: str | None = None):
         self.arrival_s, self.prompt, self.output, self.blocks, self.adapter = arrival_s, prompt, output, blocks, adapter
+        self.tenant, self.klass = tenant, klass  # traces.TraceRequest's
+        self.priority = 0  # what the gateway sends the engines (its class's, with engine.schedulingPolicy priority)
         self.left = prompt  # prefill tokens still to compute
         self.first_token_s = self.finish_s = None
-        self.where = ""  # "local", "overflow" or "rejected"
+        self.where = ""  # "local", "overflow", "rejected" (capacity) or "refused" (its tenant's limits)
 
 
 class Replica:
@@ -187,8 +190,17 @@ class Replica:
         self.advance_to(t)
         if self.prefix_cache:
             self._lookup(req)
-        self.queue.append(req)
+        self._enqueue(req)
         self._admit()
+
+    def _enqueue(self, req: SimRequest) -> None:
+        """Priority scheduling (vLLM's order, lower numbers first, without preemption): a request waits behind those
+        of its priority number or a lower one and ahead of the rest; all of one priority (fcfs): in arrival order."""
+        q = self.queue
+        if not q or q[-1].priority <= req.priority:
+            q.append(req)
+            return
+        q.insert(next(i for i, r in enumerate(q) if r.priority > req.priority), req)
 
     def _admit(self) -> None:
         while self.queue and self.running < self.p.max_num_seqs:

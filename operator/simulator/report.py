@@ -1,9 +1,14 @@
-"""Summaries of simulation results: the metrics table and the timeline plot (matplotlib, imported lazily)."""
+"""Summaries of simulation results: the metrics table, the table per class and tenant, and the timeline plot
+(matplotlib, imported lazily)."""
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 from floodway.operator.planner.prices import Spend, run_spend
+from floodway.operator.simulator.config import SimConfig
 from floodway.operator.simulator.des import SimResult
+from floodway.operator.simulator.replica import SimRequest
+from floodway.operator.simulator.traces import per_span
 from floodway.operator.stats import quantile
 
 
@@ -11,7 +16,9 @@ from floodway.operator.stats import quantile
 class Summary:
     name: str
     requests: int
-    attainment: float  # share of all requests meeting TTFT and TPOT SLOs (rejected ones miss)
+    # Share of the requests meeting TTFT and TPOT SLOs (rejected ones miss); of those admitted where tenants' limits
+    # refuse some (population's table counts those), as the gateway's attainment counts answers.
+    attainment: float
     goodput: float  # requests/s meeting the SLO
     ttft_p50: float
     ttft_p99: float
@@ -23,12 +30,28 @@ class Summary:
     spend: Spend | None = None  # at the config's prices
 
 
+def ttft_slo_s(cfg: SimConfig, r: SimRequest) -> float:
+    """The TTFT SLO a request is held to: its class's (spec.classes ttftMs), else the service's, as the gateway
+    counts its attainment."""
+    c = cfg.classes.get(r.klass) if r.klass else None
+    return c.ttft_ms / 1000.0 if c is not None and c.ttft_ms else cfg.ttft_slo_s
+
+
+def met(cfg: SimConfig, r: SimRequest) -> bool:
+    """Whether a request was answered within its TTFT SLO and the TPOT SLO (rejected and refused ones miss)."""
+    if r.finish_s is None or r.where in ("rejected", "refused"):
+        return False
+    tpot = (r.finish_s - r.first_token_s) / (r.output - 1) if r.output > 1 else 0.0
+    return r.first_token_s - r.arrival_s <= ttft_slo_s(cfg, r) and tpot <= cfg.tpot_slo_s
+
+
 def summarize(res: SimResult) -> Summary:
     cfg = res.config
-    met, ttfts, overflow, rejected = 0, [], 0, 0
-    tokens = sum(r.prompt + r.output for r in res.requests)
+    hits, ttfts, overflow, rejected = 0, [], 0, 0
+    admitted = [r for r in res.requests if r.where != "refused"]
+    tokens = sum(r.prompt + r.output for r in admitted)
     over_prompt = over_output = 0
-    for r in res.requests:
+    for r in admitted:
         if r.finish_s is None or r.where == "rejected":
             rejected += 1
             continue
@@ -36,12 +59,10 @@ def summarize(res: SimResult) -> Summary:
             overflow += 1
             over_prompt += r.prompt
             over_output += r.output
-        ttft = r.first_token_s - r.arrival_s
-        ttfts.append(ttft)
-        tpot = (r.finish_s - r.first_token_s) / (r.output - 1) if r.output > 1 else 0.0
-        met += ttft <= cfg.ttft_slo_s and tpot <= cfg.tpot_slo_s
-    n = len(res.requests)
-    return Summary(res.name, n, met / n, met / max(res.duration_s, 1e-9), quantile(ttfts, 0.5),
+        ttfts.append(r.first_token_s - r.arrival_s)
+        hits += met(cfg, r)
+    n = len(admitted)
+    return Summary(res.name, n, hits / n, hits / max(res.duration_s, 1e-9), quantile(ttfts, 0.5),
                    quantile(ttfts, 0.99), res.replica_hours, overflow / n, rejected, res.scale_events,
                    (over_prompt + over_output) / tokens if tokens else 0.0,
                    run_spend(cfg.prices, res.replica_hours, n, over_prompt, over_output))
@@ -66,11 +87,70 @@ def table(summaries: list[Summary], reference_hours: float | None = None) -> str
         rows.append((s.name, f"{s.attainment:.2%}", f"{s.goodput:.2f}", f"{s.ttft_p50:.3f}", f"{s.ttft_p99:.3f}",
                      f"{s.replica_hours:.2f}", ratio, f"{s.overflow_share:.2%}", f"{s.overflow_token_share:.2%}",
                      *map(money, dollars), str(s.rejected), str(s.scale_events)))
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER)]
+    return markdown(HEADER, rows)
+
+
+POPULATION_HEADER = ("class / tenant", "requests", "admitted", "admitted busiest min", "TTFT SLO s", "SLO attainment",
+                     "overflowed", "refused (tenant limits)", "rejected (capacity)")
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """The requests of one class or one tenant. Attainment is over the admitted ones (those its tenant's limits
+    refused are counted apart, as the gateway's per-class and per-tenant attainment counts answers); rejected: admitted
+    and never answered (no capacity and no overflow, or still held at the end): lost. busiest_minute: the most
+    admitted in one minute of the trace (from 0), what a tenant's maxRequestsPerMinute bounds (its bucket holds a
+    minute's worth and refills one more: at most twice the limit)."""
+
+    name: str
+    requests: int
+    admitted: int
+    busiest_minute: int
+    attainment: float
+    overflowed: int
+    refused: int
+    rejected: int
+    ttft_slo_s: float | None = None  # a class's (None for a tenant: its requests' own)
+
+
+def population(res: SimResult) -> list[GroupSummary]:
+    """One summary per class (`class NAME`, `class none` for unclassed requests where classes are given) in order of
+    first appearance in the trace, then per tenant (`tenant NAME`) by name; [] without classes and tenants."""
+    groups: dict[str, list[SimRequest]] = defaultdict(list)
+    cfg = res.config
+    for r in res.requests:
+        if cfg.classes:
+            groups[f"class {r.klass or 'none'}"].append(r)
+    for r in sorted((r for r in res.requests if r.tenant is not None), key=lambda r: r.tenant):
+        groups[f"tenant {r.tenant}"].append(r)
+    out = []
+    for name, reqs in groups.items():
+        admitted = [r for r in reqs if r.where != "refused"]
+        first = reqs[0]
+        out.append(GroupSummary(
+            name, len(reqs), len(admitted), int(max(per_span(admitted, 60.0))) if admitted else 0,
+            sum(met(cfg, r) for r in admitted) / len(admitted) if admitted else 1.0,
+            sum(r.where == "overflow" for r in reqs), len(reqs) - len(admitted),
+            sum(r.where == "rejected" for r in reqs),
+            ttft_slo_s(cfg, first) if name.startswith("class ") else None))
+    return out
+
+
+def population_table(groups: list[GroupSummary]) -> str:
+    """A Markdown table of `population`'s summaries."""
+    rows = [(g.name, str(g.requests), str(g.admitted), str(g.busiest_minute),
+             "-" if g.ttft_slo_s is None else f"{g.ttft_slo_s:g}",
+             f"{g.attainment:.2%}", str(g.overflowed), str(g.refused), str(g.rejected)) for g in groups]
+    return markdown(POPULATION_HEADER, rows)
+
+
+def markdown(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """A Markdown table, its columns padded to their widest cell."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
 
     def line(cells):
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-    return "\n".join([line(HEADER), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
 def plot(results: list[SimResult], path: str, title: str = "") -> None:

@@ -5,10 +5,11 @@ from dataclasses import dataclass, replace
 from floodway.operator.planner.prices import spec_prices
 from floodway.operator.simulator import compare
 from floodway.operator.simulator.config import SimConfig
+from floodway.operator.simulator.population import ABUSE, class_shares, class_specs, fair_tenant_rpm, tag_population
 from floodway.operator.simulator.replica import ReplicaProfile
-from floodway.operator.simulator.report import plot, summarize, table
+from floodway.operator.simulator.report import plot, population, population_table, summarize, table
 from floodway.operator.simulator.scenarios import SCENARIOS, Scenario
-from floodway.operator.simulator.service import capacity_fields, policies, simulated_spec
+from floodway.operator.simulator.service import capacity_fields, gateway_settings, policies, simulated_spec
 from floodway.operator.simulator.traces import (
     adapter_shares,
     parse_pairs,
@@ -49,6 +50,10 @@ class Options:
     adapters: str | None = None  # Scenario.adapters (None: the scenario's)
     overflow_models: str | None = None  # the gateway's overflow.models, 'support=api-model,...' (SimConfig's)
     max_loras: int | None = None  # SimConfig.max_loras (None: its default)
+    classes: str | None = None  # the built-in classes' shares, 'interactive=0.3,...' (population.class_shares)
+    tenants: int | None = None  # tenants t1..tN sending the trace (population.tag_population; None: none)
+    abuse: float | None = None  # the last tenant's traffic in multiples of its share (None: population.ABUSE)
+    tenant_rpm: int | None = None  # each tenant's maxRequestsPerMinute (None: population.fair_tenant_rpm)
     static_peak: int | None = None
     traces_dir: str | None = None
     seed: int = 0
@@ -82,6 +87,14 @@ def prepare(opts: Options):
     adapters = _pick(opts.adapters, sc.adapters)
     if adapters:
         trace = tag_adapters(trace, adapter_shares(adapters), opts.seed)
+    mix = class_shares(opts.classes) if opts.classes else {}
+    rpm = None
+    if opts.tenants is None and (opts.abuse is not None or opts.tenant_rpm is not None):
+        raise ValueError("--abuse and --tenant-rpm need --tenants")
+    if opts.tenants is not None:
+        rpm = _pick(opts.tenant_rpm, fair_tenant_rpm(trace, opts.tenants))
+    if mix or opts.tenants:
+        trace = tag_population(trace, mix, opts.tenants or 0, _pick(opts.abuse, ABUSE), opts.seed)
     profile = ReplicaProfile.from_json(opts.profile) if opts.profile else ReplicaProfile()
     profile = replace(profile, max_num_seqs=_pick(opts.max_num_seqs, sc.max_num_seqs))
     ttft, tpot = _pick(opts.ttft_slo_s, sc.ttft_slo_s), _pick(opts.tpot_slo_s, sc.tpot_slo_s)
@@ -89,8 +102,10 @@ def prepare(opts: Options):
         raise ValueError("cold start must be >= 0 seconds")
     spec = simulated_spec(profile, ttft, tpot, opts.attainment, opts.target_concurrency,
                           opts.scale_to_zero_s, opts.overflow_max_waiting, opts.gpu_price_per_hour,
-                          opts.api_price_in, opts.api_price_out, opts.overflow_share, opts.priority)
+                          opts.api_price_in, opts.api_price_out, opts.overflow_share, opts.priority,
+                          class_specs(list(mix), ttft), {"maxRequestsPerMinute": rpm} if rpm else None)
     ours, overflow = policies(spec)
+    gateway = gateway_settings(spec)
     overflow = replace(overflow, enabled=False,
                        budget=replace(overflow.budget, max_requests_per_minute=opts.overflow_rpm),
                        predicted_ttft_factor=_pick(opts.overflow_ttft_factor, overflow.predicted_ttft_factor))
@@ -100,7 +115,9 @@ def prepare(opts: Options):
                     learned_prefill_rate=opts.learned_prefill_rate, prefill_budget=opts.prefill_budget,
                     prefix=opts.prefix, overflow=overflow, prices=spec_prices(spec),
                     overflow_models=parse_pairs(opts.overflow_models or "", "overflow models"),
-                    max_loras=_pick(opts.max_loras, SimConfig.max_loras))
+                    max_loras=_pick(opts.max_loras, SimConfig.max_loras), tenants=gateway.tenants,
+                    classes={c.name: c for c in gateway.classes},
+                    engine_priority=gateway.engine_scheduling_policy == "priority")
     specs = [p if not opts.overflow or p.endswith(compare.OVERFLOW_SUFFIX) else p + compare.OVERFLOW_SUFFIX
              for p in opts.policies]
     for p in specs:
@@ -140,6 +157,14 @@ def run_cli(opts: Options) -> str:
     if cfg.prefix is not None:
         lines.append(f"\nprefix-cache hit rate ({cfg.prefix} routing), per replica that ran:")
         lines += [f"{r.name}: " + " ".join(f"{h / q:.0%}" if q else "-" for h, q in r.prefix) for r in results]
+    if cfg.classes or cfg.tenants.enabled():
+        rpm = cfg.tenants.default.max_requests_per_minute
+        held = f"; each tenant held to {rpm} requests per minute, t{opts.tenants} sending " \
+               f"{_pick(opts.abuse, ABUSE):g}x its share" if rpm else ""
+        lines.append(f"\nper class and tenant (attainment of the admitted requests, each against its class's TTFT SLO"
+                     f"{held}):")
+        for r in results:
+            lines += [f"\n{r.name}:", population_table(population(r))]
     if opts.png:
         plot(results, opts.png, title)
         lines.append(f"\nplot: {opts.png}")

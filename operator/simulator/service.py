@@ -31,9 +31,12 @@ def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float
                    target_concurrency: float | None = None, scale_to_zero_s: float | None = None,
                    max_waiting_per_replica: float | None = None, gpu_hourly_price: float | None = None,
                    api_price_in: float | None = None, api_price_out: float | None = None,
-                   overflow_share: float | None = None, priority: str | None = None) -> InferenceServiceSpec:
+                   overflow_share: float | None = None, priority: str | None = None, classes: list[dict] | None = None,
+                   tenant_limits: dict | None = None) -> InferenceServiceSpec:
     """The spec of the simulated service; None settings keep the spec's defaults. Its replicas run on the
-    profile's GPU type, whose table price holds unless `gpu_hourly_price` is given."""
+    profile's GPU type, whose table price holds unless `gpu_hourly_price` is given. `classes`: spec.classes;
+    `tenant_limits`: gateway.tenants.default (camelCase fields). With classes the engines schedule by priority
+    (engine.schedulingPolicy priority), as the tenants guide sets them up."""
     overflow = {**SIMULATED_API, "pricing": {"inputPerMillionTokens": api_price_in,
                                              "outputPerMillionTokens": api_price_out}}
     if max_waiting_per_replica is not None:
@@ -49,14 +52,20 @@ def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float
         autoscaling["priority"] = priority
     return InferenceServiceSpec.model_validate({
         "model": profile.model,
-        "engine": {"maxNumSeqs": profile.max_num_seqs, "maxNumBatchedTokens": profile.max_num_batched_tokens},
+        "engine": {"maxNumSeqs": profile.max_num_seqs, "maxNumBatchedTokens": profile.max_num_batched_tokens,
+                   "schedulingPolicy": "priority" if classes else "fcfs"},
         "resources": {"gpuType": profile.gpu, "gpuHourlyPrice": gpu_hourly_price},
         "replicas": {"min": 0 if scale_to_zero_s is not None else 1, "max": MAX_REPLICAS},
         "slo": {"ttftMs": ttft_slo_s * 1000, "tpotMs": tpot_slo_s * 1000, "attainment": attainment},
-        "autoscaling": autoscaling, "overflow": overflow})
+        "autoscaling": autoscaling, "overflow": overflow, "classes": classes or [],
+        "gateway": {"tenants": {"default": tenant_limits or {}}}})
+
+
+def gateway_settings(spec: InferenceServiceSpec) -> GatewayConfig:
+    """The gateway config the operator renders for this spec, as the gateway reads it."""
+    return GatewayConfig.model_validate(gateway_config(spec, {"static": []}, port=0))
 
 
 def policies(spec: InferenceServiceSpec) -> tuple[AutoscalerPolicy, OverflowPolicy]:
     """Our autoscaler's policy and the gateway's overflow rule for this spec, as the operator and gateway get them."""
-    config = GatewayConfig.model_validate(gateway_config(spec, {"static": []}, port=0))
-    return autoscaler_policy(spec), config.overflow_policy()
+    return autoscaler_policy(spec), gateway_settings(spec).overflow_policy()

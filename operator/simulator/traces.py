@@ -3,7 +3,7 @@
 A trace is a list of TraceRequest(arrival_s, prompt_tokens, output_tokens) sorted by arrival, starting near 0;
 Mooncake's requests also carry their prompt's block ids (`blocks`, BLOCK_TOKENS tokens each), shared where
 requests share a prefix. `tag_adapters` names a LoRA adapter in a share of the requests (`adapter`; None: the base
-model).
+model); population.py names each request's tenant and SLO class (`tenant`, `klass`).
 """
 
 import csv
@@ -33,6 +33,8 @@ class TraceRequest:
     output_tokens: int
     blocks: tuple[int, ...] = ()  # the prompt's block ids, BLOCK_TOKENS each (empty: unknown)
     adapter: str | None = None  # the LoRA adapter the request names (None: the base model)
+    tenant: str | None = None  # the tenant whose key sent it (None: no tenants)
+    klass: str | None = None  # the SLO class it asks for (spec.classes; None: none)
 
 
 def traces_dir(explicit: str | os.PathLike | None = None) -> Path:
@@ -248,15 +250,30 @@ def parse_pairs(text: str, what: str) -> dict[str, str]:
     return out
 
 
+def shares(text: str, what: str) -> dict[str, float]:
+    """'a=0.3,b=0.1' -> each name's share of the requests (together at most 1); ValueError naming `what`."""
+    try:
+        out = {name: float(v) for name, v in parse_pairs(text, what).items()}
+    except ValueError as e:
+        raise ValueError(f"{what} {text!r}: name=share items with shares in (0, 1] ({e})") from None
+    if not out or min(out.values()) <= 0 or sum(out.values()) > 1 + 1e-9:
+        raise ValueError(f"{what} {text!r}: shares must be > 0 and add up to at most 1")
+    return out
+
+
 def adapter_shares(text: str) -> dict[str, float]:
     """'support=0.3,legal=0.1' -> each adapter's share of the requests (together at most 1; the rest: the base)."""
-    try:
-        shares = {name: float(v) for name, v in parse_pairs(text, "adapters").items()}
-    except ValueError as e:
-        raise ValueError(f"adapters {text!r}: name=share items with shares in (0, 1] ({e})") from None
-    if not shares or min(shares.values()) <= 0 or sum(shares.values()) > 1 + 1e-9:
-        raise ValueError(f"adapters {text!r}: shares must be > 0 and add up to at most 1")
-    return shares
+    return shares(text, "adapters")
+
+
+def drawn(u: float, shares: dict[str, float]) -> str | None:
+    """The name a uniform draw `u` in [0, 1) falls on, each name taking its share of [0, 1) in order; None: past
+    them all."""
+    for name, share in shares.items():
+        if u < share:
+            return name
+        u -= share
+    return None
 
 
 def tag_adapters(trace: list[TraceRequest], shares: dict[str, float], seed: int = 0) -> list[TraceRequest]:
@@ -265,12 +282,7 @@ def tag_adapters(trace: list[TraceRequest], shares: dict[str, float], seed: int 
     rng = random.Random(seed)
     out = []
     for r in trace:
-        u, adapter = rng.random(), None
-        for name, share in shares.items():
-            if u < share:
-                adapter = name
-                break
-            u -= share
+        adapter = drawn(rng.random(), shares)
         blocks = r.blocks if adapter is None else tuple(hash((adapter, b)) for b in r.blocks)
         out.append(replace(r, adapter=adapter, blocks=blocks))
     return out
