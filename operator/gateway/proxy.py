@@ -10,16 +10,13 @@ host name: the pod's name in a cluster, where each gateway replica keeps its own
 Requests to local engines go through the lean keep-alive client in upstream.py (the hot path); requests
 to the overflow API through an aiohttp session (any server on the internet).
 
-Requests the overflow rule holds wait in the gateway's hold queue. Whenever capacity may have changed, a round looks
-at each held request once, in fair-share order between tenants (fair_share.py), and only the one whose turn it is
-may leave; the rest wait for their turn (their timeouts still notice a passed deadline, and start a round when none
-is under way).
+Requests the overflow rule holds wait in the gateway's hold queue (hold_queue.py), leaving in their turn only;
+their timeouts still notice a passed deadline, and start a round when none is under way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import socket
@@ -32,7 +29,7 @@ from floodway.operator.gateway.backends import BackendChoice, BackendTable
 from floodway.operator.gateway.breaker import BreakerState, breaker_on_result, breaker_on_send
 from floodway.operator.gateway.classes import classed, request_class
 from floodway.operator.gateway.config import GatewayConfig
-from floodway.operator.gateway.fair_share import Held, joined, left, next_turn
+from floodway.operator.gateway.hold_queue import HoldQueue
 from floodway.operator.gateway.metrics import WATCHED_SHARE, GatewayMetrics
 from floodway.operator.gateway.overflow import (
     SHARE_SPENT,
@@ -113,14 +110,7 @@ class Gateway:
         self.policy = config.overflow_policy()
         self.api_key = ApiKey(config.overflow.api_key_env, config.overflow.api_key_file)
         self.budget, self.breaker = BudgetState(), BreakerState()
-        # The hold queue, by seq, and its fair share (fair_share.py): the tenants' counters, the held request whose
-        # turn it is in the current round (None: no round), and the seqs the round has looked at.
-        self.queue: dict[int, Held] = {}
-        self.fair: dict = {}
-        self._turn: int | None = None
-        self._done: set[int] = set()
-        self._turns: dict[int, asyncio.Event] = {}
-        self._seq = itertools.count()
+        self.hold = HoldQueue()
         self.tenants = TenantGate(config.tenants, metrics, clock) if config.tenants.enabled() else None
         self.prefill_rate: float | None = None  # prompt tokens/s local answers showed (EWMA): engines that export none
         self._counters: dict[tuple[str, str], object] = {}  # prometheus children by labels (labels() is slow)
@@ -131,37 +121,21 @@ class Gateway:
     # -- state the overflow rule reads ---------------------------------------------------------------
     @property
     def held(self) -> int:
-        return len(self.queue)
+        return len(self.hold)
 
     def notify(self) -> None:
-        """Capacity may have changed (a request finished, a scrape landed): a round over the held requests starts
-        (again, if one was under way) from the first in fair-share order. One that had its turn and has not looked
-        yet wakes to find it gone, and waits."""
-        self._done, self._turn = set(), None
-        self._pass_turn()
-
-    def _pass_turn(self) -> None:
-        """The round moves on to the next held request (fair_share.next_turn), waking it."""
-        if self._turn is not None:
-            self._done.add(self._turn)
-        self._turn = next_turn(self.queue.values(), self.fair, self._done)
-        if self._turn is not None:
-            self._turns[self._turn].set()
+        """Capacity may have changed (a request finished, a scrape landed): the held requests look again, in a
+        round (hold_queue.py)."""
+        self.hold.new_round()
 
     def _join(self, tenant: str | None, klass: str | None, tokens: int) -> int:
-        entry = Held(next(self._seq), tenant or "", klass, self.classes[klass].priority if klass else 0, tokens)
-        self.fair = joined(self.fair, self.queue.values(), entry)
-        self.queue[entry.seq], self._turns[entry.seq] = entry, asyncio.Event()
+        seq = self.hold.join(tenant, klass, self.classes[klass].priority if klass else 0, tokens)
         self.metrics.held.set(self.held)
-        return entry.seq
+        return seq
 
     def _leave(self, seq: int, released: bool) -> None:
-        entry = self.queue.pop(seq)
-        del self._turns[seq]
-        self.fair = left(self.fair, self.queue.values(), entry, released)
+        self.hold.leave(seq, released)
         self.metrics.held.set(self.held)
-        if self._turn == seq:
-            self._pass_turn()
 
     def pool_state(self, exclude: frozenset[str], held_self: bool, choice: BackendChoice | None,
                    klass: str | None = None) -> PoolState:
@@ -171,7 +145,7 @@ class Gateway:
         predicted = None if choice is None or not t.ready else \
             predict_ttft_from_backlog(choice.backend.backlog, choice.uncached, choice.backend.prefill_rate,
                                       self.prefill_rate, choice.backend.admission_wait_s(choice.uncached))
-        of_class = sum(h.klass == klass for h in self.queue.values()) if klass else 0
+        of_class = self.hold.of_class(klass) if klass else 0
         return PoolState(t.ready, t.waiting, predicted, self.held - held_self, self.budget, self.breaker,
                          of_class - (held_self and klass is not None))
 
@@ -268,9 +242,9 @@ class Gateway:
                 decision = overflow_decision(pool, self.policy, info, now)
                 if decision.reason == SHARE_SPENT and not tried and not info.held:  # once per request
                     self.metrics.overflow_declined.inc()
-                in_turn = seq is not None and self._turn == seq
+                in_turn = seq is not None and self.hold.turn == seq
                 if decision.target in ("local", "overflow") and not in_turn and (
-                        seq is not None or any(h.klass == klass for h in self.queue.values())):
+                        seq is not None or self.hold.of_class(klass)):
                     # Fair share (fair_share.py): a held request leaves in its turn only, and an arrival joins the
                     # queue behind its class's held requests; a round looks at each in order.
                     decision = OverflowDecision("hold", "fair_share")
@@ -280,7 +254,7 @@ class Gateway:
                     held_since = seq = None
                     info = replace(info, held=False)
                 elif in_turn:
-                    self._pass_turn()
+                    self.hold.pass_turn()
                 if decision.target == "local":
                     self.table.take(choice, keys, adapter)
                     try:
@@ -303,10 +277,10 @@ class Gateway:
                     t0 = None  # added latency is measured on requests sent at once
                     if seq is None:
                         seq, held_since, info = self._join(tenant, klass, info.tokens), now, replace(info, held=True)
-                    if decision.reason == "fair_share" and self._turn is None:
+                    if decision.reason == "fair_share" and self.hold.turn is None:
                         self.notify()  # it, or one before it, may leave now: a round looks
                     remaining = info.arrived_at + self.policy.hold_timeout_s - now
-                    turn = self._turns[seq]
+                    turn = self.hold.event(seq)
                     try:  # woken in its turn; the timeout also notices budget refills and deadlines
                         async with asyncio.timeout(max(0.0, min(remaining, 0.25))):  # (wait_for may swallow a cancel)
                             await turn.wait()

@@ -153,7 +153,7 @@ async def test_the_hold_queue_releases_a_light_tenant_between_a_heavy_ones_reque
         await _settle(gateway, max(0, 6 - i - 1))
     await asyncio.gather(*calls)
     assert sent == ["heavy0", "heavy1", "heavy2", "light0", "heavy3", "light1", "heavy4", "heavy5"]
-    assert gateway.fair == {} and gateway._turn is None  # nothing held: counters dropped, no round
+    assert gateway.hold.fair == {} and gateway.hold.turn is None  # nothing held: counters dropped, no round
 
 
 async def test_past_its_queue_limit_or_its_ttft_slo_a_request_gets_429_with_retry_after():
@@ -210,7 +210,7 @@ async def test_an_arrival_joins_behind_its_classs_held_requests_and_a_cancelled_
     calls = [asyncio.create_task(gateway.handle("/v1/completions", body(f"r{i}"), {}, "heavy")) for i in range(5)]
     await _settle(gateway, 3)  # r0, r1 on the engine; r2, r3, r4 held
     gateway.notify()  # a round begins: r2's turn; its client goes away before it looks
-    assert gateway._turn == min(gateway.queue)
+    assert gateway.hold.turn == min(gateway.hold.queue)
     calls[2].cancel()
     await _settle(gateway, 2)
     gateway.table.backends["http://engine"].max_num_seqs = 10  # room for all, no round yet
