@@ -29,6 +29,9 @@ sequences the profile's decode steps fit within the TPOT SLO) where that is fewe
   per decision and `scale_down_interval_seconds` after the last change (in-flight counts grow as a pool shrinks:
   look before the next step), never to a pool the scale-up rule would grow right back;
 - bounds; with replicas_min 0, scale to zero after `scale_to_zero_after_seconds` without any demand (None: never).
+- SLO classes (spec.classes, classes.py): a class with maxReplicas (`class_caps`) counts in the demand only up to its
+  cap, and where the gateways measure the classes' TTFT attainment the SLO feedback reads it, class by class, in
+  place of the engines' (a class at its cap adds no replica).
 
 The fields named as the spec's (operator/spec/models.py: autoscaling.*, replicas.* and slo.* as replicas_*, slo_*)
 take their values and defaults from it (controller/scaling.autoscaler_policy); the others are the policy's own.
@@ -48,6 +51,7 @@ from floodway.operator.autoscaler.budget import (
     service_attainment,
     spend,
 )
+from floodway.operator.autoscaler.classes import below_target, measured, short_class, weighed_demand
 from floodway.operator.autoscaler.signals import Signals
 from floodway.operator.gateway.overflow_budget import SHARE_WINDOW_S
 
@@ -80,6 +84,7 @@ class AutoscalerPolicy:
     decode_sequences: float  # sequences a replica decodes within the TPOT SLO (0: unknown)
     overflow_share: float  # share of requests it may leave to the overflow API (0: pay all back)
     priority: str  # "slo" or "budget": with budget the gateway caps overflow at overflow_share
+    class_caps: tuple[tuple[str, int], ...] = ()  # (class, its maxReplicas) for the spec's classes with a cap
     # The policy's own settings.
     scale_up_tolerance: float = 0.1  # requests in flight may exceed the target by this share before a replica is added
     assumed_request_s: float = 10.0  # service time assumed for overflowed demand before any is observed
@@ -214,14 +219,27 @@ def sizing_of(signals: Signals, p: AutoscalerPolicy, allow: float, tokens: float
     return max(local + signals.held + excess, tokens)
 
 
-def short_of_slo(signals: Signals, p: AutoscalerPolicy) -> bool:
-    """Attainment below target by more than sampling noise: with n requests finished in the window, the
-    measured share of a pool exactly at target spreads by sqrt(target (1 - target) / n)."""
+def weighed(demand: float, signals: Signals, p: AutoscalerPolicy) -> float:
+    """`demand` with each capped class counted only up to its cap (classes.weighed_demand)."""
+    if not p.class_caps:
+        return demand
+    return weighed_demand(demand, signals.class_in_flight, dict(p.class_caps), p.per_replica)
+
+
+def short_of_slo(signals: Signals, p: AutoscalerPolicy, replicas: int, z: float) -> str | None:
+    """Why attainment is below target by more than `z` standard errors of sampling noise, or None. Where the gateways
+    measure classes' TTFT attainment, a class short of it that may grow the pool past `replicas`
+    (classes.short_class); otherwise the engines' attainment (TTFT and TPOT) over the requests finished in the
+    window."""
+    if measured(signals.class_ttft):
+        short = short_class(signals.class_ttft, dict(p.class_caps), replicas, p.slo_attainment, z)
+        return None if short is None else f"class {short[0]} TTFT attainment {short[1]:.3f}"
     if signals.attainment is None:
-        return False
+        return None
     n = signals.finished_rate * signals.window_s
-    noise = math.sqrt(p.slo_attainment * (1 - p.slo_attainment) / n) if n > 0 else 0.0
-    return signals.attainment < p.slo_attainment - p.slo_noise_z * noise
+    if not below_target(signals.attainment, n, p.slo_attainment, z):
+        return None
+    return f"SLO attainment {signals.attainment:.3f}"
 
 
 def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: float) -> ScaleDecision:
@@ -234,13 +252,13 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         prompts = remember(prompts, now, (signals.window_s, signals.prompt_token_rate * signals.window_s),
                            p.scale_up_window_seconds)
     tokens = token_demand([v for _, v in prompts], p)
-    held = demand_of(signals, p, 0.0)  # in requests: prompt tokens have holds of their own (_scale_down)
+    held = weighed(demand_of(signals, p, 0.0), signals, p)  # in requests: prompt tokens hold on their own
     demand = max(held, tokens)
     busy = demand > 0 or signals.arrival_rate > 0
     last_busy = now if busy else state.last_busy
     keep = max(p.scale_down_stabilization_seconds, p.scale_up_window_seconds)
     since = now if state.observed_since is None else state.observed_since
-    must_hold = sizing_of(signals, p, allow, tokens)  # what the pool must hold now
+    must_hold = weighed(sizing_of(signals, p, allow, tokens), signals, p)  # what the pool must hold now
     st = replace(st, history=remember(state.history, now, held, keep), last_busy=last_busy, observed_since=since,
                  prompts=prompts, sizing=remember(state.sizing, now, must_hold, p.scale_up_window_seconds),
                  tokens=remember(state.tokens, now, tokens,
@@ -277,10 +295,13 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     queued = signals.held + excess + signals.total_waiting
     if allow > 0:  # a replica's worth of concurrency beyond the allowed share
         queued = signals.held + excess * service_time(signals, p.assumed_request_s) - p.per_replica
-    # Requests the gateway kept from overflowing (its share spent, priority budget) are a shortage as they come.
-    if short_of_slo(signals, p) and (queued > 0 or signals.declined_rate > 0) and signals.starting == 0 \
-            and want <= cur:
-        want, reason = cur + 1, f"SLO attainment {signals.attainment:.3f} < {p.slo_attainment:g} while queued"
+    # Requests the gateway kept from overflowing (its share spent, priority budget) are a shortage as they come. A
+    # class's misses, measured at the gateways over the requests kept local too, count while the engines queue: the
+    # budget absorbs queues only for the requests it sends away.
+    short = short_of_slo(signals, p, cur, p.slo_noise_z)
+    pressed = queued > 0 or signals.declined_rate > 0 or (measured(signals.class_ttft) and signals.total_waiting > 0)
+    if short and pressed and signals.starting == 0 and want <= cur:
+        want, reason = cur + 1, f"{short} < {p.slo_attainment:g} while queued"
         st = replace(st, slo_hold_until=now + p.scale_down_stabilization_seconds)
 
     capacity = signals.ready * p.per_replica
@@ -326,8 +347,9 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
         return scaled(st, now, cur, "panic mode blocks scale-down")
     if now < st.slo_hold_until:
         return scaled(st, now, cur, "a replica SLO feedback added is held for the stabilization window")
-    if signals.attainment is not None and signals.attainment < p.slo_attainment:
-        return scaled(st, now, cur, f"SLO attainment {signals.attainment:.3f} below target")
+    short = short_of_slo(signals, p, cur - 1, 0.0)  # a class capped below the current pool does not hold it
+    if short:
+        return scaled(st, now, cur, f"{short} below target")
     if now - st.observed_since < p.scale_down_stabilization_seconds:
         return scaled(st, now, cur, "not yet observed for a stabilization window")
     if st.last_scale_time is not None and now - st.last_scale_time < p.scale_down_interval_seconds:

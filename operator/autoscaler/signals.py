@@ -19,6 +19,9 @@ GW_NEEDED = "floodway_gateway_replicas_needed"  # requests by the pool that woul
 GW_TOKENS = "floodway_gateway_request_tokens_total"  # estimated tokens of the requests arrived
 GW_OVERFLOW_TOKENS = "floodway_gateway_overflow_tokens_total"  # estimated tokens of the requests overflowed
 GW_DECLINED = "floodway_gateway_overflow_declined_total"  # requests kept from overflowing: the share was spent
+GW_CLASS_IN_FLIGHT = "floodway_gateway_class_in_flight"  # requests of each class not yet over
+GW_CLASS_TTFT_MET = "floodway_gateway_class_ttft_slo_met_total"  # streamed answers within their class's TTFT SLO
+GW_CLASS_TTFT_MEASURED = "floodway_gateway_class_ttft_measured_total"  # streamed answers measured, by class
 PROMPT_TOKENS = "vllm:prompt_tokens_total"  # prompt tokens the engine received (vLLM and ours)
 
 
@@ -50,6 +53,10 @@ class Signals:
     # The requests that reached the gateway in the window by the smallest pool that would have kept them local
     # (overflow.replicas_needed), as cumulative bucket counts {pool size: requests}: what a smaller pool overflows.
     replicas_needed: Mapping[float, float] = field(default_factory=dict)
+    # By SLO class (spec.classes), from the gateway: its requests in flight now, and its streamed answers over the
+    # window as (within its TTFT SLO, measured).
+    class_in_flight: Mapping[str, float] = field(default_factory=dict)
+    class_ttft: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def total_running(self) -> float:
@@ -83,6 +90,8 @@ class GatewaySample:
     request_tokens_total: float = 0.0
     overflow_tokens_total: float = 0.0
     declined_total: float = 0.0
+    class_in_flight: Mapping[str, float] = field(default_factory=dict)
+    class_ttft: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # cumulative (met, measured)
 
 
 @dataclass(frozen=True)
@@ -95,11 +104,13 @@ class Scrape:
     starting: int = 0
 
 
-def _samples(text: str, skip=lambda labels: False) -> tuple[dict[str, float], dict[str, dict[float, float]]]:
-    """Sum of each sample name over label sets (except those `skip` names), and histogram buckets by bound
-    (summed over label sets)."""
+def _samples(text: str, skip=lambda labels: False, by: str | None = None
+             ) -> tuple[dict[str, float], dict[str, dict[float, float]], dict[str, dict[str, float]]]:
+    """Sum of each sample name over label sets (except those `skip` names), histogram buckets by bound (summed over
+    label sets), and each sample name carrying label `by` summed by that label's value."""
     values: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {}
+    labelled: dict[str, dict[str, float]] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as e:
@@ -114,13 +125,16 @@ def _samples(text: str, skip=lambda labels: False) -> tuple[dict[str, float], di
                 b[le] = b.get(le, 0.0) + s.value
             else:
                 values[s.name] = values.get(s.name, 0.0) + s.value
-    return values, buckets
+                if by in s.labels:
+                    of = labelled.setdefault(s.name, {})
+                    of[s.labels[by]] = of.get(s.labels[by], 0.0) + s.value
+    return values, buckets, labelled
 
 
 def parse_engine(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> EngineSample:
     """Parse an engine's /metrics (the runtime's `names` for our signals) into an EngineSample; missing metrics
     read as zero. Request-level TPOT when the engine exports it, otherwise per-token inter-token latency."""
-    values, buckets = _samples(text)
+    values, buckets, _ = _samples(text)
 
     def first(found: Mapping, candidates: tuple[str, ...], default):
         return next((found[n] for n in candidates if n in found), default)
@@ -140,10 +154,12 @@ def parse_engine(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> E
 
 def parse_gateway(text: str) -> GatewaySample:
     # A retried attempt is counted again under the backend that finally served it.
-    values, buckets = _samples(text, skip=lambda labels: labels.get("outcome") == "retried")
+    values, buckets, by_class = _samples(text, skip=lambda labels: labels.get("outcome") == "retried", by="class")
+    met, measured = by_class.get(GW_CLASS_TTFT_MET, {}), by_class.get(GW_CLASS_TTFT_MEASURED, {})
     return GatewaySample(values.get(GW_REQUESTS, 0.0), values.get(GW_OVERFLOW, 0.0), values.get(GW_HELD, 0.0),
                          buckets.get(GW_NEEDED, {}), values.get(GW_TOKENS, 0.0), values.get(GW_OVERFLOW_TOKENS, 0.0),
-                         values.get(GW_DECLINED, 0.0))
+                         values.get(GW_DECLINED, 0.0), by_class.get(GW_CLASS_IN_FLIGHT, {}),
+                         {c: (met.get(c, 0.0), n) for c, n in measured.items()})
 
 
 def _delta(new: float, old: float) -> float:
@@ -198,7 +214,7 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         attainment = max(0.0, a_ttft + a_tpot - 1.0)
     gw_new, gw_old = new.gateway, old.gateway
     arrivals = overflow = tokens = overflow_tokens = declined = 0.0
-    needed = {}
+    needed, class_ttft = {}, {}
     if gw_new is not None:
         def rate(name):
             return _delta(getattr(gw_new, name), getattr(gw_old, name) if gw_old else 0.0)
@@ -206,6 +222,12 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         tokens, overflow_tokens, declined = rate("request_tokens_total"), rate("overflow_tokens_total"), \
             rate("declined_total")
         needed = _hist_delta(gw_new.replicas_needed, gw_old.replicas_needed if gw_old else None)
+        before = gw_old.class_ttft if gw_old else {}
+        for c, (met, n) in gw_new.class_ttft.items():
+            met0, n0 = before.get(c, (0.0, 0.0))
+            if n < n0:  # the gateway restarted
+                met0 = n0 = 0.0
+            class_ttft[c] = (met - met0, n - n0)
     engines = list(new.engines.values())
     return Signals(
         ready=len(engines), starting=new.starting,
@@ -215,5 +237,6 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         goodput=(attainment or 0.0) * finished / dt, overflow_rate=overflow / dt, request_token_rate=tokens / dt,
         overflow_token_rate=overflow_tokens / dt, declined_rate=declined / dt, window_s=dt,
         prompt_token_rate=prompt / dt * (arrivals / (arrivals - overflow) if arrivals > overflow else 1.0),
-        replicas_needed=needed,
+        replicas_needed=needed, class_in_flight=dict(gw_new.class_in_flight) if gw_new else {},
+        class_ttft=class_ttft,
     )

@@ -25,13 +25,14 @@ def spec_values(spec: InferenceServiceSpec) -> dict:
 def autoscaler_policy(spec: InferenceServiceSpec, **changes) -> AutoscalerPolicy:
     """The policy for this spec (then `changes`): each policy field the spec has takes its value from there, with
     two rules of the spec's: targetConcurrency unset is TARGET_BATCH_SHARE of engine.maxNumSeqs, and an overflow
-    budget exists only where the service overflows."""
+    budget exists only where the service overflows; class_caps are the classes' maxReplicas."""
     names = {f.name for f in dataclasses.fields(AutoscalerPolicy)}
     values = {k: v for k, v in spec_values(spec).items() if k in names}
     if values["target_concurrency"] is None:
         values["target_concurrency"] = TARGET_BATCH_SHARE * spec.engine.max_num_seqs
     if not spec.overflow.enabled:
         values["overflow_share"] = 0.0
+    values["class_caps"] = tuple((c.name, c.max_replicas) for c in spec.classes if c.max_replicas is not None)
     return AutoscalerPolicy(**{**values, **changes})
 
 

@@ -61,12 +61,20 @@ def _summed(samples: list[GatewaySample | None]) -> GatewaySample | None:
     if not samples or any(s is None for s in samples):
         return None
     needed: dict[float, float] = {}
+    in_flight: dict[str, float] = {}
+    ttft: dict[str, tuple[float, float]] = {}
     for s in samples:
         for le, count in s.replicas_needed.items():
             needed[le] = needed.get(le, 0.0) + count
+        for c, n in s.class_in_flight.items():
+            in_flight[c] = in_flight.get(c, 0.0) + n
+        for c, (met, n) in s.class_ttft.items():
+            met0, n0 = ttft.get(c, (0.0, 0.0))
+            ttft[c] = (met0 + met, n0 + n)
     return GatewaySample(sum(s.requests_total for s in samples), sum(s.overflow_total for s in samples),
                          sum(s.held for s in samples), needed, sum(s.request_tokens_total for s in samples),
-                         sum(s.overflow_tokens_total for s in samples), sum(s.declined_total for s in samples))
+                         sum(s.overflow_tokens_total for s in samples), sum(s.declined_total for s in samples),
+                         in_flight, ttft)
 
 
 def scrape_adapters(engines: dict[str, str], wanted: Collection[str],

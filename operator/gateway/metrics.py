@@ -98,6 +98,9 @@ class GatewayMetrics:
                                            ["class"], registry=r)
         self.class_ttft_met = Counter("floodway_gateway_class_ttft_slo_met", _met.format("class"), ["class"],
                                       registry=r)
+        self.class_in_flight = Gauge("floodway_gateway_class_in_flight", "Requests of each class not yet over (held, "
+                                     "or answering locally or from the overflow API): the autoscaler's demand by "
+                                     "class", ["class"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

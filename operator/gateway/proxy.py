@@ -52,7 +52,7 @@ from floodway.operator.gateway.payload import (
 )
 from floodway.operator.gateway.prefix_index import request_keys
 from floodway.operator.gateway.secrets import ApiKey
-from floodway.operator.gateway.tenant_gate import TenantGate, WithTenant
+from floodway.operator.gateway.tenant_gate import TenantGate, WithRelease
 from floodway.operator.gateway.tenant_gate import refusal as tenant_refusal
 from floodway.operator.gateway.ttft import learned_prefill_rate, predict_ttft_from_backlog, prefill_rate_sample
 from floodway.operator.gateway.upstream import RemoteResponse, UpstreamClient, UpstreamError, UpstreamTimeout
@@ -197,19 +197,32 @@ class Gateway:
                 return JSONResponse(error_body(pick.error, kind, "class_not_allowed"), pick.status)
             if pick.chosen is not None:
                 klass, info, body = self._classed(pick.chosen, info, payload, body)
-        if tenant is None or self.tenants is None:
-            return await self._dispatch(path, body, payload, info, adapter, remote_model, t0, None, klass)
-        admission = self.tenants.admit(tenant, info.tokens)
-        if admission.refused is not None:
-            return tenant_refusal(tenant, admission)
-        if o.enabled and not self.tenants.may_overflow(tenant, info.tokens):
-            info = replace(info, tenant_capped=True)
+        if self.tenants is None:
+            tenant = None
+        releases, headers = [], ()  # what is given back once the answer is over
+        if tenant is not None:
+            admission = self.tenants.admit(tenant, info.tokens)
+            if admission.refused is not None:
+                return tenant_refusal(tenant, admission)
+            releases.append(lambda: self.tenants.release(tenant))
+            headers = admission.headers
+            if o.enabled and not self.tenants.may_overflow(tenant, info.tokens):
+                info = replace(info, tenant_capped=True)
+        if klass is not None:
+            in_flight = self.metrics.class_in_flight.labels(klass)
+            in_flight.inc()
+            releases.append(in_flight.dec)
+
+        def release() -> None:
+            for r in releases:
+                r()
+
         try:
             answer = await self._dispatch(path, body, payload, info, adapter, remote_model, t0, tenant, klass)
         except BaseException:  # cancelled while held (the client went away), or a bug: the slot is free again
-            self.tenants.release(tenant)
+            release()
             raise
-        return WithTenant(answer, admission.headers, lambda: self.tenants.release(tenant))
+        return WithRelease(answer, headers, release) if releases else answer
 
     def _classed(self, c: SLOClassSpec, info: RequestInfo, payload: dict, body: bytes
                  ) -> tuple[str, RequestInfo, bytes]:

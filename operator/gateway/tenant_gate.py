@@ -1,5 +1,6 @@
 """One gateway's tenant counters and their metrics: a thin shell around the rules of tenants.py, and the answer
-wrapper that sends the x-ratelimit-* headers and frees the tenant's concurrency slot once the answer is over."""
+wrapper that sends the x-ratelimit-* headers and frees the tenant's concurrency slot (and its class's in-flight
+count) once the answer is over."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def refusal(tenant: str, a: Admission) -> JSONResponse:
     return JSONResponse(error_body(message, "rate_limit_exceeded", "rate_limit_exceeded"), 429, headers=dict(a.headers))
 
 
-class WithTenant:
+class WithRelease:
     """An answer (an ASGI application for one request) sent with `headers` added, calling `release` once when it
     is over: sent whole, its stream ended or failed, or its client gone."""
 

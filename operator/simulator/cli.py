@@ -66,6 +66,9 @@ def register(app: typer.Typer) -> None:
         classes: str = typer.Option(None, help="SLO classes' shares of the requests, of the built-in interactive, "
                                                "standard and batch, e.g. 'interactive=0.3,standard=0.5,batch=0.2' "
                                                "(prints attainment per class)."),
+        batch_max_replicas: int = typer.Option(None, min=0, help="The batch class's maxReplicas: its demand alone "
+                                                                 "scales the service only this far (default: no "
+                                                                 "cap)."),
         tenants: int = typer.Option(None, min=1, help="Tenants t1..tN sending the trace evenly, each held to its "
                                                       "limits; the last sends --abuse times its share."),
         abuse: float = typer.Option(None, min=1.0, help="The last tenant's traffic in multiples of its share "
@@ -103,7 +106,7 @@ def register(app: typer.Typer) -> None:
                 prefill_budget=prefill_budget,
                 overflow_share=overflow_share, priority=priority, prefix=prefix_cache,
                 adapters=adapters, overflow_models=overflow_models, max_loras=max_loras, classes=classes,
-                tenants=tenants, abuse=abuse, tenant_rpm=tenant_rpm,
+                batch_max_replicas=batch_max_replicas, tenants=tenants, abuse=abuse, tenant_rpm=tenant_rpm,
                 static_peak=static_peak, traces_dir=traces_dir, seed=seed, gpu_price_per_hour=gpu_price_per_hour,
                 api_price_in=api_price_in, api_price_out=api_price_out)
             if sweep:

@@ -140,7 +140,7 @@ class Simulation:
         """What the operator derives from its scrapes (engines' and the gateway's /metrics) at this tick; the
         busy share of each replica stands for the GPU utilisation HPA reads from its own exporter."""
         ready = self._routable()
-        scrape = Scrape(t, {str(id(s)): s.sample() for s in ready}, self.gateway.sample(),
+        scrape = Scrape(t, {str(id(s)): s.sample() for s in ready}, self.gateway.sample(t),
                         sum(1 for s in self.slots if s.replica is None and s.ended_s is None))
         last, self.last_scrape = self.last_scrape, scrape
         sig = signals_between(last, scrape, self.cfg.ttft_slo_s, self.cfg.tpot_slo_s) \

@@ -13,7 +13,9 @@ as the gateway does. With tenants (SimConfig.tenants) a request is first admitte
 (tenants.admit; refused: `where` "refused", never sent on) and its tenant's overflow cap applies; its class
 (classes.request_class, SimConfig.classes) sets its overflow rule, TTFT SLO and queue limit (classes.classed). The
 hold queue releases in arrival order (the gateway's fair share between tenants, fair_share.py, is not modelled).
-It keeps the counters the operator scrapes from a gateway (`sample`).
+It keeps the counters the operator scrapes from a gateway (`sample`), those by class included: its requests in
+flight, and its answers' TTFT against the class's SLO, counted when the answer ends (the gateway counts it at the
+first token).
 """
 
 import heapq
@@ -67,15 +69,30 @@ class SimGateway:
         self.adapters = AdapterIndex(cfg.max_loras)  # by slot name
         self.tenants: dict[str, tn.TenantState] = {}  # each tenant's counters (tenant_gate.TenantGate's)
         self._limits = cfg.tenants.limits_by_name()
-        self._overflow_ends: list[tuple[float, int, SimRequest]] = []  # (finish, seq, request): their slots free then
+        self._overflow_ends: list[tuple[float, int, SimRequest]] = []  # (finish, seq, request): over then
+        self.class_in_flight: dict[str, int] = {}
+        self.class_ttft: dict[str, tuple[int, int]] = {}  # (within its class's TTFT SLO, measured)
 
     def _limits_of(self, tenant: str):
         return self._limits.get(tenant, self.cfg.tenants.default)
 
     def _release(self, r: SimRequest) -> None:
-        """Its tenant's concurrency slot frees: the answer ended, or it was rejected."""
+        """It is over (the answer ended, or it was rejected): its tenant's concurrency slot frees, its class's count
+        in flight drops, and an answer's TTFT counts for its class."""
         if r.tenant in self.tenants:
             self.tenants[r.tenant] = tn.released(self.tenants[r.tenant])
+        if r.klass is None or r.klass not in self.class_in_flight:
+            return
+        self.class_in_flight[r.klass] -= 1
+        if r.where in ("local", "overflow") and r.first_token_s is not None:
+            ttft_ms = self.cfg.classes[r.klass].ttft_ms
+            slo = ttft_ms / 1000.0 if ttft_ms is not None else self.cfg.ttft_slo_s
+            met, n = self.class_ttft.get(r.klass, (0, 0))
+            self.class_ttft[r.klass] = (met + (r.first_token_s - r.arrival_s <= slo), n + 1)
+
+    def _overflows_over(self, t: float) -> None:
+        while self._overflow_ends and self._overflow_ends[0][0] <= t:
+            self._release(heapq.heappop(self._overflow_ends)[2])
 
     def _admit(self, r: SimRequest, t: float) -> ov.RequestInfo | None:
         """What the gateway knows of a new request, as its handler builds it (class, then tenant admission); None:
@@ -95,8 +112,6 @@ class SimGateway:
             info = classed(info, pick.chosen) if pick.chosen is not None else info
         if not tenanted:
             return info
-        while self._overflow_ends and self._overflow_ends[0][0] <= t:
-            self._release(heapq.heappop(self._overflow_ends)[2])
         limits = self._limits_of(r.tenant)
         a = tn.admit(self.tenants.get(r.tenant, tn.TenantState()), limits, tokens, t)
         self.tenants[r.tenant] = a.state
@@ -111,17 +126,21 @@ class SimGateway:
         e2e = r.finish_s - r.arrival_s
         self.e2e_ewma = e2e if self.e2e_ewma is None else (1 - a) * self.e2e_ewma + a * e2e
 
-    def sample(self) -> GatewaySample:
-        """What the operator scrapes from the gateway now."""
+    def sample(self, t: float) -> GatewaySample:
+        """What the operator scrapes from the gateway at `t`."""
+        self._overflows_over(t)
         return GatewaySample(self.requests, self.overflowed, len(self.held), dict(self.needed), self.tokens,
-                             self.overflowed_tokens, self.declined)
+                             self.overflowed_tokens, self.declined, dict(self.class_in_flight), dict(self.class_ttft))
 
     def arrive(self, ready: list[ReplicaSlot], r: SimRequest, t: float) -> bool:
         """Route a new request; True when it is the first one held (the caller's cue to retry in a second)."""
+        self._overflows_over(t)
         info = self._admit(r, t)
         if info is None:
             r.where = "refused"
             return False
+        if r.klass is not None:
+            self.class_in_flight[r.klass] = self.class_in_flight.get(r.klass, 0) + 1
         self.requests += 1
         self.tokens += r.prompt + r.output
         self.budget = ob.budget_arrive(self.budget, self.cfg.overflow.budget, r.prompt + r.output, t)
@@ -231,7 +250,7 @@ class SimGateway:
             if r.tenant in self.tenants:
                 self.tenants[r.tenant] = tn.overflow_taken(self.tenants[r.tenant], self._limits_of(r.tenant),
                                                            info.tokens, t)
-                heapq.heappush(self._overflow_ends, (r.finish_s, id(r), r))
+            heapq.heappush(self._overflow_ends, (r.finish_s, id(r), r))
         elif d.target == "reject":
             r.where = "rejected"
             self._release(r)

@@ -40,9 +40,12 @@ def class_shares(text: str) -> dict[str, float]:
     return out
 
 
-def class_specs(names: list[str], ttft_slo_s: float) -> list[dict]:
-    """The spec.classes entries of these built-in classes under a scenario whose TTFT SLO is `ttft_slo_s`."""
-    return [{**BUILTIN_CLASSES[n][0], "ttftMs": BUILTIN_CLASSES[n][1] * ttft_slo_s * 1000} for n in names]
+def class_specs(names: list[str], ttft_slo_s: float, batch_max_replicas: int | None = None) -> list[dict]:
+    """The spec.classes entries of these built-in classes under a scenario whose TTFT SLO is `ttft_slo_s`, batch
+    capped at `batch_max_replicas` (None: no cap)."""
+    cap = {"batch": {"maxReplicas": batch_max_replicas}} if batch_max_replicas is not None else {}
+    return [{**BUILTIN_CLASSES[n][0], "ttftMs": BUILTIN_CLASSES[n][1] * ttft_slo_s * 1000, **cap.get(n, {})}
+            for n in names]
 
 
 def tenant_names(n: int) -> list[str]:

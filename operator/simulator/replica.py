@@ -1,7 +1,8 @@
 """A continuous-batching replica model, calibrated from a profile that `floodway bench engine --profile-out` writes.
 
 Each engine step decodes one token for every decoding request and spends the rest of the token budget on
-chunked prefill (oldest admitted request first); its duration is decode_step(batch) + prefill_chunk /
+chunked prefill (by priority, then oldest admitted: a prompt being prefilled yields to one admitted after it with a
+lower priority number, as the engine's scheduler does); its duration is decode_step(batch) + prefill_chunk /
 prefill_tokens_per_s + kv_tokens * decode_s_per_kv_token. A request's first token comes out of the step that
 finishes its prefill. Admission reserves KV for prompt + output (no preemption is modelled). Steps with no
 event in them are taken in bulk, so an hour of traffic simulates in seconds. With a TPOT SLO (the engine's
@@ -190,13 +191,13 @@ class Replica:
         self.advance_to(t)
         if self.prefix_cache:
             self._lookup(req)
-        self._enqueue(req)
+        self._enqueue(self.queue, req)
         self._admit()
 
-    def _enqueue(self, req: SimRequest) -> None:
+    @staticmethod
+    def _enqueue(q: deque, req: SimRequest) -> None:
         """Priority scheduling (vLLM's order, lower numbers first, without preemption): a request waits behind those
         of its priority number or a lower one and ahead of the rest; all of one priority (fcfs): in arrival order."""
-        q = self.queue
         if not q or q[-1].priority <= req.priority:
             q.append(req)
             return
@@ -208,7 +209,7 @@ class Replica:
             if self.kv_used + need > self.p.kv_capacity_tokens:
                 return
             self.kv_used += need
-            self.prefilling.append(self.queue.popleft())
+            self._enqueue(self.prefilling, self.queue.popleft())
 
     def _shape(self) -> tuple[int, int, float]:
         """(decode batch, prefill tokens per step, step seconds) for the next step."""

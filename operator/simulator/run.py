@@ -51,6 +51,7 @@ class Options:
     overflow_models: str | None = None  # the gateway's overflow.models, 'support=api-model,...' (SimConfig's)
     max_loras: int | None = None  # SimConfig.max_loras (None: its default)
     classes: str | None = None  # the built-in classes' shares, 'interactive=0.3,...' (population.class_shares)
+    batch_max_replicas: int | None = None  # the batch class's maxReplicas (None: no cap)
     tenants: int | None = None  # tenants t1..tN sending the trace (population.tag_population; None: none)
     abuse: float | None = None  # the last tenant's traffic in multiples of its share (None: population.ABUSE)
     tenant_rpm: int | None = None  # each tenant's maxRequestsPerMinute (None: population.fair_tenant_rpm)
@@ -103,7 +104,8 @@ def prepare(opts: Options):
     spec = simulated_spec(profile, ttft, tpot, opts.attainment, opts.target_concurrency,
                           opts.scale_to_zero_s, opts.overflow_max_waiting, opts.gpu_price_per_hour,
                           opts.api_price_in, opts.api_price_out, opts.overflow_share, opts.priority,
-                          class_specs(list(mix), ttft), {"maxRequestsPerMinute": rpm} if rpm else None)
+                          class_specs(list(mix), ttft, opts.batch_max_replicas),
+                          {"maxRequestsPerMinute": rpm} if rpm else None)
     ours, overflow = policies(spec)
     gateway = gateway_settings(spec)
     overflow = replace(overflow, enabled=False,

@@ -1,12 +1,13 @@
 """`floodway simulate --sweep`: our policy against the bound (bound.py) and the baselines over the trace family
 (scenarios.FAMILY) and seeds, one table, with issue 15's targets checked per row (overflow in requests and in
-tokens), and ours under the other autoscaling.priority beside it."""
+tokens), and ours under the other autoscaling.priority beside it; with --classes, ours' attainment per class and
+lost requests."""
 
 from collections import Counter
 from dataclasses import dataclass, replace
 
 from floodway.operator.simulator import bound, compare
-from floodway.operator.simulator.report import Summary, money, summarize
+from floodway.operator.simulator.report import Summary, money, population, summarize
 from floodway.operator.simulator.run import Options, prepare
 from floodway.operator.simulator.scenarios import FAMILY, SEEDED
 from floodway.operator.spec.models import AutoscalingSpec
@@ -33,6 +34,8 @@ class Row:
     reactive_meeting: frozenset[str] = frozenset()
     cheapest: Summary | None = None  # the bound's schedule with the least dollars at >= 99% (bound.cheapest_schedule)
     other: Summary | None = None  # ours under the other autoscaling.priority (other_priority)
+    # ours per SLO class (with --classes): (class, attainment of its admitted requests, its requests lost)
+    classes: tuple[tuple[str, float, int], ...] = ()
 
     def own_misses(self) -> list[str]:
         """The targets of our policy's own (attainment, overflow in requests and in tokens, the bound) this row
@@ -128,9 +131,11 @@ def run_one(scenario: str, seed: int, base: Options) -> Row:
     meeting = frozenset(n for n, s in schedules if n.startswith(bound.REACTIVE) and bound_hours and bound.serves(s)
                         and s.replica_hours <= BOUND_FACTOR * bound_hours)
     cheapest = bound.cheapest_schedule(schedules)
+    classes = tuple((g.name.removeprefix("class "), g.attainment, g.rejected) for g in population(results[0])
+                    if g.name.startswith("class "))
     return Row(scenario, seed, len(trace), sums[OURS], bound_hours, {b: sums[b] for b in BASELINES},
                static_within_budget(trace, cfg, bound_hours), reach, reacting and reacting[1].replica_hours, meeting,
-               cheapest and cheapest[1], other)
+               cheapest and cheapest[1], other, classes)
 
 
 def _run_one(args) -> Row:
@@ -164,9 +169,11 @@ def render(row: Row) -> str:
     a = row.other
     other = f"{a.attainment:.2%} / {a.overflow_share:.1%} / {a.overflow_token_share:.1%} / {a.replica_hours:.2f}" \
         if a else "-"
+    by_class = "".join(f" {c} {a:.2%}" + (f", {lost} lost" if lost else "") + ";" for c, a, lost in row.classes)
     return (f"| {row.scenario} | {row.seed} | {row.requests} | {o.attainment:.2%} | {o.overflow_share:.1%} | "
             f"{o.overflow_token_share:.1%} | {o.replica_hours:.2f} | {dollars} | "
-            f"{row.bound_hours or float('nan'):.2f} | {ratio} | {base} | {static} | {other} | {row.verdict()} |")
+            f"{row.bound_hours or float('nan'):.2f} | {ratio} | {base} | {static} | {other} | {row.verdict()} |"
+            + (f"{by_class.rstrip(';')} |" if row.classes else ""))
 
 
 def tally(rows: list[Row]) -> str:
@@ -203,5 +210,6 @@ def header(base: Options) -> str:
             "$/1k self-hosted / overflow / total | cheapest schedule's $/1k at >= 99% | bound | vs bound | "
             + " | ".join(f"{b} att. / hours" for b in BASELINES)
             + f" | static pool within {BOUND_FACTOR:g}x bound: replicas: att. / overflow | ours with priority "
-            f"{other_priority(base)}: att. / overflow / tokens / hours | targets |\n"
-            + "|---" * (14 + len(BASELINES)) + "|")
+            f"{other_priority(base)}: att. / overflow / tokens / hours | targets |"
+            + (" ours by class: attainment (lost) |" if base.classes else "") + "\n"
+            + "|---" * (14 + len(BASELINES) + bool(base.classes)) + "|")

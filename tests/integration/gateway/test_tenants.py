@@ -169,3 +169,57 @@ def test_streamed_answers_count_toward_their_tenants_and_classs_ttft_attainment(
     for name, labels in (("tenant", {"tenant": "alpha"}), ("class", {"class": "tools"})):
         assert metric(gw.url, f"floodway_gateway_{name}_ttft_measured_total", **labels) == 1
         assert metric(gw.url, f"floodway_gateway_{name}_ttft_slo_met_total", **labels) == 1
+
+
+def test_classes_and_tenants_through_two_engines_and_the_overflow_api_with_the_official_client(
+        engines, gateway, overflow_config, metric, tmp_path):
+    """Issue 40's rules on real processes: two local engines (two sequences per 50 ms step, LOCAL_ARGS), the third
+    engine standing in for the overflow API. A batch tenant's requests (class batch: may not overflow) fill the
+    local queues past the overflow threshold and are all answered locally; an interactive tenant's requests sent
+    while they queue overflow; a tenant over its rate gets RateLimitError while the others are never refused; each
+    class's in-flight count is back to zero at the end."""
+    local_a, local_b, _ = engines
+    keys = tmp_path / "tenants"
+    keys.write_text("sk-chat chat\nsk-jobs jobs\nsk-noisy noisy\n")
+    gw = gateway(overflow_config() | {
+        "classes": [{"name": "interactive", "priority": 0}, {"name": "batch", "priority": 10, "overflow": False}],
+        "tenants": {"keys_file": str(keys), "default": {"default_class": "interactive"},
+                    "limits": [{"name": "jobs", "default_class": "batch"},
+                               {"name": "noisy", "max_requests_per_minute": 2}]}})
+
+    def client(key: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0, timeout=120)
+
+    async def backend(c: openai.AsyncOpenAI, max_tokens: int) -> str:
+        raw = await c.completions.with_raw_response.create(model=MODEL, prompt="the river", max_tokens=max_tokens,
+                                                           extra_body={"ignore_eos": True})
+        assert raw.parse().choices[0].finish_reason == "length"
+        return raw.headers["x-floodway-backend"]
+
+    async def queued() -> None:  # the engines' own /metrics: waiting past the threshold on both
+        while min(await asyncio.gather(*(asyncio.to_thread(metric, e.url, "vllm:num_requests_waiting")
+                                         for e in (local_a, local_b)))) <= 2:
+            await asyncio.sleep(0.02)
+
+    async def run():
+        jobs, chat, noisy = client("sk-jobs"), client("sk-chat"), client("sk-noisy")
+        batch = [asyncio.create_task(backend(jobs, 24)) for _ in range(16)]
+        await asyncio.wait_for(queued(), 60)
+        interactive = await asyncio.gather(*(backend(chat, 4) for _ in range(4)))
+        limited = await asyncio.gather(*(backend(noisy, 1) for _ in range(3)), return_exceptions=True)
+        return await asyncio.gather(*batch), interactive, limited
+
+    batch, interactive, limited = asyncio.run(run())
+    assert set(batch) <= {local_a.url, local_b.url}  # batch stays local, however long the queue
+    assert "overflow" in interactive
+    assert sum(isinstance(x, openai.RateLimitError) for x in limited) == 1 and limited.count(local_a.url) + \
+        limited.count(local_b.url) + limited.count("overflow") == 2
+    assert metric(gw.url, "floodway_gateway_class_overflow_total", **{"class": "batch"}) == 0
+    assert metric(gw.url, "floodway_gateway_class_overflow_total", **{"class": "interactive"}) == \
+        interactive.count("overflow") + limited.count("overflow")
+    assert metric(gw.url, "floodway_gateway_class_requests_total", **{"class": "batch"}) == 16
+    assert metric(gw.url, "floodway_gateway_tenant_rejected_total", tenant="noisy") == 1
+    assert metric(gw.url, "floodway_gateway_tenant_rejected_total", tenant="chat") == 0
+    assert metric(gw.url, "floodway_gateway_tenant_rejected_total", tenant="jobs") == 0
+    for klass in ("batch", "interactive"):
+        assert metric(gw.url, "floodway_gateway_class_in_flight", **{"class": klass}) == 0

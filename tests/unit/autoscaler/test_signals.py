@@ -186,3 +186,31 @@ def test_the_gateway_s_token_and_declined_counters_arrive_as_rates():
     m.overflow_declined.inc(3)
     s = signals_between(old, Scrape(10.0, {}, parse_gateway(m.render().decode())), 0.5, 0.05)
     assert (s.request_token_rate, s.overflow_token_rate, s.declined_rate) == (5000.0, 2000.0, 0.3)
+
+
+def test_the_gateway_s_class_gauge_and_ttft_counters_arrive_by_class():
+    # The gateway's own metrics (metrics.py), rendered and parsed: each class's requests in flight now, and its
+    # streamed answers within its TTFT SLO over the window, summed over the gateway's replicas.
+    from floodway.operator.controller.scrape import _summed
+    from floodway.operator.gateway.metrics import GatewayMetrics
+    m = GatewayMetrics()
+    m.class_ttft_measured.labels("batch").inc(4)
+    m.class_ttft_met.labels("batch").inc(4)
+    old = Scrape(0.0, {}, parse_gateway(m.render().decode()))
+    m.class_in_flight.labels("batch").inc(30)
+    m.class_in_flight.labels("interactive").inc(2)
+    m.class_ttft_measured.labels("interactive").inc(10)
+    m.class_ttft_met.labels("interactive").inc(9)
+    m.class_ttft_measured.labels("batch").inc(6)
+    new = parse_gateway(m.render().decode())
+    s = signals_between(old, Scrape(5.0, {}, new), 0.5, 0.05)
+    assert s.class_in_flight == {"batch": 30, "interactive": 2}
+    assert s.class_ttft == {"batch": (0, 6), "interactive": (9, 10)}  # the window's: batch's 4 before are out
+    both = _summed([new, new])
+    assert both.class_in_flight == {"batch": 60, "interactive": 4}
+    assert both.class_ttft == {"batch": (8, 20), "interactive": (18, 20)}
+    # A gateway restart (its counts went down) counts everything since.
+    fresh = GatewayMetrics()
+    fresh.class_ttft_measured.labels("batch").inc(1)
+    again = signals_between(Scrape(5.0, {}, new), Scrape(10.0, {}, parse_gateway(fresh.render().decode())), 0.5, 0.05)
+    assert again.class_ttft == {"batch": (0, 1)}

@@ -1,7 +1,7 @@
 """SLO classes: which class a request is of (classes.py), the class's overflow rule and TTFT SLO in the overflow
 rule, and, through the proxy over real HTTP on 127.0.0.1, each class's overflow rule applied and its priority sent to
-the engine. One stand-in server plays the local engine (/v1/...) and the overflow API (/ext/v1/...) and records the
-bodies each got."""
+the engine, and each class's count of requests in flight until its answer is sent. One stand-in server plays the
+local engine (/v1/...) and the overflow API (/ext/v1/...) and records the bodies each got."""
 
 import json
 import random
@@ -62,6 +62,14 @@ def test_classes_in_the_spec_are_unique_and_tenants_name_declared_ones():
             {"name": "t", "defaultClass": "gold"}]}}})
 
 
+async def _never_disconnects() -> dict:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def _discard(message: dict) -> None:
+    pass
+
+
 async def _answers(url: str, policy: str, asks: list[str]) -> list[tuple[int, bytes | None]]:
     """(status, backend header) per request asking for each class ("": none) through a gateway whose one engine is
     ready but queued past the overflow threshold; the tenant's class is standard."""
@@ -78,9 +86,15 @@ async def _answers(url: str, policy: str, asks: list[str]) -> list[tuple[int, by
         gateway = Gateway(config, table, metrics, local, remote)
         for ask in asks:
             body = json.dumps({"model": "base", "prompt": "hi", "priority": -100}).encode()  # a client's own: ignored
-            answer = await gateway.handle("/v1/completions", body, {"x-floodway-class": ask} if ask else {}, "someone")
-            answer = getattr(answer, "answer", answer)  # an admitted tenant's answer comes wrapped (tenant_gate.py)
+            wrapped = await gateway.handle("/v1/completions", body, {"x-floodway-class": ask} if ask else {},
+                                           "someone")
+            answer = getattr(wrapped, "answer", wrapped)  # an admitted tenant's answer comes wrapped (tenant_gate.py)
             out.append((answer.status_code, dict(getattr(answer, "raw_headers", [])).get(b"x-floodway-backend")))
+            if answer.status_code == 200:  # in flight for its class until the answer is sent
+                in_flight = metrics.class_in_flight.labels(ask or "standard")._value
+                assert in_flight.get() == 1
+                await wrapped({"type": "http"}, _never_disconnects, _discard)
+                assert in_flight.get() == 0
     local.close()
     assert metrics.class_requests.labels("batch")._value.get() == asks.count("batch")
     return out

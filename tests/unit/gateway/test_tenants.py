@@ -6,7 +6,7 @@ import asyncio
 import pytest
 from floodway.operator.gateway.config import GatewayConfig
 from floodway.operator.gateway.overflow import OverflowPolicy, PoolState, RequestInfo, overflow_decision
-from floodway.operator.gateway.tenant_gate import WithTenant
+from floodway.operator.gateway.tenant_gate import WithRelease
 from floodway.operator.gateway.tenants import (
     ANONYMOUS,
     CONCURRENT,
@@ -183,7 +183,7 @@ def test_an_answer_carries_the_headers_and_frees_its_slot_once_however_it_ends(f
     async def send(message):
         sent.append(message)
 
-    wrapped = WithTenant(answer, (("x-ratelimit-limit-requests", "3"),), lambda: freed.append(1))
+    wrapped = WithRelease(answer, (("x-ratelimit-limit-requests", "3"),), lambda: freed.append(1))
     try:
         asyncio.run(wrapped({}, None, send))
     except asyncio.CancelledError:

@@ -103,6 +103,9 @@ DERIVED = {
     (("overflow", "models"), "gateway:overflow.models.support"): "the mapping, flattened to one key per model",
     (("gateway", "tenants", "limits"), "gateway:tenants.limits"): "the list of tenants passes whole (one value)",
     (("classes",), "gateway:classes"): "the list of classes passes whole (one value)",
+    (("classes",), "policy:class_caps"): "the classes' caps, as (class, maxReplicas) pairs",
+    (("classes", "[]", "name"), "policy:class_caps"): "the classes' caps, as (class, maxReplicas) pairs",
+    (("classes", "[]", "max_replicas"), "policy:class_caps"): "the classes' caps, as (class, maxReplicas) pairs",
 }
 # Fields no engine flag, gateway config or policy field has: only the renderer reads them, into the Kubernetes
 # objects (path: what they become there). The test checks that the rendered objects change.

@@ -2,6 +2,8 @@
 and exports the counters the operator reads (tokens, declined requests), so the share a run measures, in requests and
 in tokens, is the one the spec's autoscaling.overflowShare promises."""
 
+import math
+
 import pytest
 from floodway.operator.simulator import compare
 from floodway.operator.simulator.des import Simulation
@@ -31,7 +33,7 @@ def test_the_simulated_gateway_counts_tokens_and_declined_requests_as_the_gatewa
     assert cfg.overflow.budget.max_share == pytest.approx(0.04)  # the spec's overflowShare, as the gateway gets it
     sim = Simulation(trace, compare.build("floodway", SIZING, policy, policy.per_replica), cfg)
     res = sim.run()
-    sample = sim.gateway.sample()
+    sample = sim.gateway.sample(math.inf)
     over = [r for r in res.requests if r.where == "overflow"]
     assert sample.requests_total == len(trace)
     assert sample.request_tokens_total == sum(r.prompt_tokens + r.output_tokens for r in trace)

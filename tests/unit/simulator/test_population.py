@@ -8,6 +8,7 @@ import pytest
 from floodway.operator.autoscaler.baselines import StaticPolicy, decide_static
 from floodway.operator.gateway.config import Tenants
 from floodway.operator.gateway.overflow import OverflowPolicy
+from floodway.operator.simulator import compare
 from floodway.operator.simulator.config import SimConfig
 from floodway.operator.simulator.des import Scaler, simulate
 from floodway.operator.simulator.gateway import SimGateway
@@ -116,8 +117,35 @@ def test_with_engine_priority_a_replica_admits_a_higher_class_first():
         r.priority = p
         rep.submit(r, 0.0)
     assert list(rep.queue) == [reqs[2], reqs[1], reqs[3]]  # the first runs; the rest wait lower numbers first
+    # A prompt being prefilled yields to one admitted after it with a lower number (the engine's scheduler does).
+    rep = Replica(ReplicaProfile(max_num_seqs=4, max_num_batched_tokens=64), 0.0, lambda r: None)
+    long, short = SimRequest(0.0, 1000, 5), SimRequest(0.0, 100, 5)
+    long.priority, short.priority = 10, 0
+    rep.submit(long, 0.0)
+    rep.submit(short, 0.01)
+    rep.advance_to(1.0)
+    assert short.first_token_s < long.first_token_s
     gateway, slots = _gateway(SimConfig(profile=SMALL, engine_priority=True,
                                         classes={"batch": SLOClassSpec(name="batch", priority=10)}))
     r = SimRequest(0.0, 100, 4, klass="batch")
     gateway.arrive(slots, r, 0.0)
     assert r.priority == 10
+
+
+def test_batch_demand_alone_scales_only_to_the_batch_class_s_cap_and_every_request_completes():
+    """A burst of batch requests only: our policy panics to what it needs without a cap, to the cap with one
+    (autoscaler/classes.py, fed the simulated gateway's class counters), and the capped run still answers every
+    request locally."""
+    def run(cap):
+        trace, cfg, policy, _, _ = prepare(Options(
+            trace="steps:rates=1/25/1,step_s=300,prompt_tokens=400,output_tokens=100", classes="batch=1.0",
+            batch_max_replicas=cap, max_num_seqs=16))
+        assert policy.class_caps == ((("batch", cap),) if cap is not None else ())
+        return trace, compare.run(trace, ["floodway"], cfg, policy, compare.Sizing(4, 2, 1, 8))[1][0]
+
+    _, free = run(None)
+    assert max(x["desired"] for x in free.timeline) == 8
+    trace, capped = run(2)
+    assert max(x["desired"] for x in capped.timeline) == 2
+    assert [r.where for r in capped.requests] == ["local"] * len(trace)
+    assert all(r.finish_s is not None for r in capped.requests)

@@ -137,3 +137,21 @@ def test_rows_run_in_worker_processes_come_in_order_and_the_tally_names_the_best
     assert ours_short.own_misses() == ["attainment 98.00%"]
     assert tally([ours_short]).splitlines()[5] == ("attainment, overflow and the bound (no baselines): ours on 0 of 1 "
                                                    "rows; the best single reactive schedule of the bound's on 0 (none)")
+
+
+def test_with_classes_a_sweep_row_reports_ours_per_class(monkeypatch):
+    from floodway.operator.simulator import bound
+    from floodway.operator.simulator.run import Options
+    from floodway.operator.simulator.sweep import header, run_one
+
+    monkeypatch.setattr(bound, "schedules", lambda trace, peak, lead_s, rate, first: [
+        ("flat 1", bound.Schedule((0.0,), (1,)))])
+    opts = Options(classes="interactive=0.5,batch=0.5")
+    row = run_one("diurnal", 0, opts)
+    assert [c for c, _, _ in row.classes] == ["interactive", "batch"]
+    assert all(0.9 < a <= 1.0 and lost == 0 for _, a, lost in row.classes)
+    line = render(row)
+    assert line.endswith(f" interactive {row.classes[0][1]:.2%}; batch {row.classes[1][1]:.2%} |")
+    head, rule = header(opts).splitlines()
+    assert head.count("|") == line.count("|") == rule.count("|") and "ours by class" in head
+    assert "ours by class" not in header(Options())
