@@ -54,3 +54,9 @@ class SimConfig:
     engine_priority: bool = False
     # What replica-hours and overflowed tokens cost (the simulated spec's, planner.prices.spec_prices): the $ figures.
     prices: Prices = Prices(None, None, None)
+
+    def ttft_slo_of(self, klass: str | None) -> float:
+        """The TTFT SLO a request of this class is held to: its class's (spec.classes ttftMs), else the service's,
+        as the gateway counts its attainment."""
+        c = self.classes.get(klass) if klass else None
+        return c.ttft_ms / 1000.0 if c is not None and c.ttft_ms else self.ttft_slo_s

@@ -85,10 +85,9 @@ class SimGateway:
             return
         self.class_in_flight[r.klass] -= 1
         if r.where in ("local", "overflow") and r.first_token_s is not None:
-            ttft_ms = self.cfg.classes[r.klass].ttft_ms
-            slo = ttft_ms / 1000.0 if ttft_ms is not None else self.cfg.ttft_slo_s
             met, n = self.class_ttft.get(r.klass, (0, 0))
-            self.class_ttft[r.klass] = (met + (r.first_token_s - r.arrival_s <= slo), n + 1)
+            within = r.first_token_s - r.arrival_s <= self.cfg.ttft_slo_of(r.klass)
+            self.class_ttft[r.klass] = (met + within, n + 1)
 
     def _overflows_over(self, t: float) -> None:
         while self._overflow_ends and self._overflow_ends[0][0] <= t:

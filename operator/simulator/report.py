@@ -30,19 +30,12 @@ class Summary:
     spend: Spend | None = None  # at the config's prices
 
 
-def ttft_slo_s(cfg: SimConfig, r: SimRequest) -> float:
-    """The TTFT SLO a request is held to: its class's (spec.classes ttftMs), else the service's, as the gateway
-    counts its attainment."""
-    c = cfg.classes.get(r.klass) if r.klass else None
-    return c.ttft_ms / 1000.0 if c is not None and c.ttft_ms else cfg.ttft_slo_s
-
-
 def met(cfg: SimConfig, r: SimRequest) -> bool:
     """Whether a request was answered within its TTFT SLO and the TPOT SLO (rejected and refused ones miss)."""
     if r.finish_s is None or r.where in ("rejected", "refused"):
         return False
     tpot = (r.finish_s - r.first_token_s) / (r.output - 1) if r.output > 1 else 0.0
-    return r.first_token_s - r.arrival_s <= ttft_slo_s(cfg, r) and tpot <= cfg.tpot_slo_s
+    return r.first_token_s - r.arrival_s <= cfg.ttft_slo_of(r.klass) and tpot <= cfg.tpot_slo_s
 
 
 def summarize(res: SimResult) -> Summary:
@@ -132,7 +125,7 @@ def population(res: SimResult) -> list[GroupSummary]:
             sum(met(cfg, r) for r in admitted) / len(admitted) if admitted else 1.0,
             sum(r.where == "overflow" for r in reqs), len(reqs) - len(admitted),
             sum(r.where == "rejected" for r in reqs),
-            ttft_slo_s(cfg, first) if name.startswith("class ") else None))
+            cfg.ttft_slo_of(first.klass) if name.startswith("class ") else None))
     return out
 
 
