@@ -41,8 +41,9 @@ class EngineConfig:
     enable_chunked_prefill: bool = _setting(True, "Split long prompts across engine steps.")
     scheduling_policy: str = _setting(FCFS, "fcfs (first come, first served) or priority: by each request's "
                                             "`priority` (lower first, ties by arrival); prompts being prefilled "
-                                            "yield to higher-priority arrivals and the lowest-priority running "
-                                            "requests are preempted first.")
+                                            "yield to higher-priority arrivals, a request with no seat or KV "
+                                            "blocks preempts lower-priority running ones, and the lowest-priority "
+                                            "running requests are preempted first.")
     enforce_eager: bool = _setting(False, "On CUDA, run every step eagerly instead of replaying decode steps as "
                                           "CUDA graphs captured at startup.")
     compile_decode: bool = _setting(False, "On CPU, run the layers of decode-only steps as one torch.compile graph "

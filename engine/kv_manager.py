@@ -44,17 +44,26 @@ class KVManager:
             parent = hit[1]
         return ids, hashes
 
+    def _plan(self, req: Request, num_new_tokens: int, hit_ids: list[int]) -> tuple[list[int], int, int | None]:
+        """(the sequence's blocks, new blocks it needs, index of a shared partial block to copy or None)."""
+        blocks = self.req_blocks.get(req, [])
+        num_computed = req.num_computed_tokens + len(hit_ids) * self.block_size
+        need = max(self.blocks_needed(num_computed + num_new_tokens) - len(blocks) - len(hit_ids), 0)
+        return blocks, need, self._shared_partial(blocks, num_computed)
+
+    def free_blocks_needed(self, req: Request, num_new_tokens: int, hit_ids: list[int] = ()) -> int:
+        """Free blocks allocate() would take from the pool: new ones, a private copy of a shared partial block, and
+        the cache hits no running sequence holds."""
+        _, need, shared = self._plan(req, num_new_tokens, hit_ids)
+        return need + (shared is not None) + sum(1 for b in hit_ids if self.pool.blocks[b].ref_cnt == 0)
+
     def allocate(self, req: Request, num_new_tokens: int, hit_ids: list[int] = (), hit_hashes: list[int] = ()) -> bool:
         """Gives the request blocks for num_new_tokens more tokens (after its computed ones and any cache hits),
         and a private copy of a shared block its next token would write into. Returns False, changing nothing,
         when the pool cannot supply them."""
-        blocks = self.req_blocks.get(req, [])
-        num_computed = req.num_computed_tokens + len(hit_ids) * self.block_size
-        need = max(self.blocks_needed(num_computed + num_new_tokens) - len(blocks) - len(hit_ids), 0)
-        shared = self._shared_partial(blocks, num_computed)
-        hits_from_free = sum(1 for b in hit_ids if self.pool.blocks[b].ref_cnt == 0)
-        if need + (shared is not None) + hits_from_free > self.pool.num_free:
+        if self.free_blocks_needed(req, num_new_tokens, hit_ids) > self.pool.num_free:
             return False
+        blocks, need, shared = self._plan(req, num_new_tokens, hit_ids)
         if shared is not None:
             copy = self.pool.allocate(1)[0]
             self.copies.append((blocks[shared], copy))

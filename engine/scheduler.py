@@ -3,10 +3,12 @@ then waiting ones; preemption by recompute, newest first, when KV blocks run out
 carry at most `prefill_budget` prefill tokens (TPOT protection, engine/prefill_budget.py).
 
 Under the priority policy (engine/scheduling_policy.py) both queues are kept in rank order, so the same rules
-serve the highest-ranked first and preempt the lowest-ranked first; and a prompt being prefilled yields the
-step's budget to waiting requests ranked above it (its chunk comes after their admission, from what is left),
-so a long low-priority prompt delays a high-priority one's first token by at most the step already running.
-Decodes never yield: running requests go first, as in vLLM.
+serve the highest-ranked first and preempt the lowest-ranked first; a prompt being prefilled yields the step's
+budget to waiting requests ranked above it (its chunk comes after their admission, from what is left), so a long
+low-priority prompt delays a high-priority one's first token by at most the step already running; and a waiting
+request with no seat (max_num_seqs) or no blocks for its first chunk preempts running requests of a lower
+priority for them, lowest-ranked first, as vLLM's priority policy does: a batch full of long batch answers would
+otherwise hold an interactive request until one finished. Decodes never yield: running requests go first.
 
 A request with n > 1 sequences queues as one (its first sequence, carrying the others as `forks`) and takes
 seats for all of them at admission; once its prompt is prefilled the others fork off it, sharing its blocks.
@@ -88,6 +90,8 @@ class Scheduler:
     def schedule(self, prefill_budget: int | None = None) -> SchedulerOutput:
         """The next step. `prefill_budget` caps its prefill tokens when it also decodes (None: no cap)."""
         out = SchedulerOutput()
+        self._make_room(out)
+        made_room = len(out.preempted)
         budget = self.max_num_batched_tokens
         decoding = any(_decodes(r) for r in self.running)
         prefill = budget if prefill_budget is None or not decoding else prefill_budget
@@ -128,9 +132,9 @@ class Scheduler:
                 budget -= num_new + num_spec
                 prefill -= num_new if is_prefill else 0
                 i += 1
-        # Admitting new work while others were just preempted would only thrash.
+        # Admitting new work while others were just preempted for blocks would only thrash.
         skipped = []  # requests for an adapter with no slot free now: later ones may go first, these keep their place
-        while not out.preempted and self.waiting and budget > 0:
+        while len(out.preempted) == made_room and self.waiting and budget > 0:
             req = self.waiting[0]
             if len(self.running) + 1 + len(req.forks) > self.max_num_seqs:
                 break
@@ -166,6 +170,24 @@ class Scheduler:
                 budget -= num_new
                 prefill -= num_new
         return out
+
+    def _make_room(self, out: SchedulerOutput) -> None:
+        """Preempts running requests of a lower priority (a higher number), lowest-ranked first, until the first
+        waiting request has a seat and the blocks of a full first chunk. A strictly lower priority only, so the
+        preempted never preempt back; a request whose adapter has no slot free waits as under fcfs."""
+        if self.policy != PRIORITY or not self.waiting:
+            return
+        req = self.waiting[0]
+        if not admits(req.lora and req.lora.id, {r.lora.id for r in self.running if r.lora}, self.max_loras):
+            return
+        hit_ids, _ = self.kv.computed_prefix(req)
+        chunk = min(req.num_tokens - len(hit_ids) * self.kv.block_size, self.max_num_batched_tokens)
+        while self.running and self.running[-1].priority > req.priority and (
+                len(self.running) + 1 + len(req.forks) > self.max_num_seqs
+                or self.kv.free_blocks_needed(req, chunk, hit_ids) > self.kv.pool.num_free):
+            victim = self.running.pop()
+            self._preempt(victim)
+            out.preempted.append(victim)
 
     def _chunk(self, remaining: int, budget: int) -> int:
         if self.chunked_prefill:

@@ -40,7 +40,7 @@ def request_class(classes: Mapping[str, SLOClassSpec], tenant_class: str | None,
 
 
 def classed(info: RequestInfo, c: SLOClassSpec) -> RequestInfo:
-    """A request's overflow-rule fields once it is of class `c`: whether it may overflow, its TTFT SLO (seconds;
-    None: the service's) and its queue limit."""
+    """A request's overflow-rule fields once it is of class `c`: whether it may overflow, its TTFT and TPOT SLOs
+    (seconds; None: the service's) and its queue limit."""
     return replace(info, class_local=not c.overflow, ttft_slo_s=c.ttft_ms / 1000.0 if c.ttft_ms else None,
-                   queue_limit=c.queue_limit)
+                   tpot_slo_s=c.tpot_ms / 1000.0 if c.tpot_ms else None, queue_limit=c.queue_limit)

@@ -98,6 +98,19 @@ class GatewayMetrics:
                                            ["class"], registry=r)
         self.class_ttft_met = Counter("floodway_gateway_class_ttft_slo_met", _met.format("class"), ["class"],
                                       registry=r)
+        _tpot_measured = ("Streamed answers with a TPOT SLO (their class's tpotMs, else slo.tpotMs) that ended whole "
+                          "with two events or more, by {0}: the attainment is floodway_gateway_{0}_tpot_slo_met_total "
+                          "over this")
+        _tpot_met = ("Streamed answers whose mean gap between events after the first (gateway/tpot.py) was within "
+                     "their TPOT SLO, by {0}")
+        self.tenant_tpot_measured = Counter("floodway_gateway_tenant_tpot_measured", _tpot_measured.format("tenant"),
+                                            ["tenant"], registry=r)
+        self.tenant_tpot_met = Counter("floodway_gateway_tenant_tpot_slo_met", _tpot_met.format("tenant"),
+                                       ["tenant"], registry=r)
+        self.class_tpot_measured = Counter("floodway_gateway_class_tpot_measured", _tpot_measured.format("class"),
+                                           ["class"], registry=r)
+        self.class_tpot_met = Counter("floodway_gateway_class_tpot_slo_met", _tpot_met.format("class"), ["class"],
+                                      registry=r)
         self.class_in_flight = Gauge("floodway_gateway_class_in_flight", "Requests of each class not yet over (held, "
                                      "or answering locally or from the overflow API): the autoscaler's demand by "
                                      "class", ["class"], registry=r)

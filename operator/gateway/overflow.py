@@ -82,6 +82,7 @@ class RequestInfo:
     tenant_capped: bool = False  # its tenant's overflow cap (max_overflow_tokens_per_minute) is spent
     class_local: bool = False  # its class (spec.classes) may not overflow
     ttft_slo_s: float | None = None  # its class's TTFT SLO, in place of the policy's
+    tpot_slo_s: float | None = None  # its class's TPOT SLO, in place of the service's (attainment only)
     queue_limit: int | None = None  # its class's queueLimit: blocked, it waits in the gateway's queue (see below)
     held: bool = False
     local_failed: bool = False

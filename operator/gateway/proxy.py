@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import aiohttp
 from floodway.operator.gateway.adapters import adapter_of, never_overflows, overflow_model
+from floodway.operator.gateway.attainment import Slos, attained
 from floodway.operator.gateway.backends import BackendChoice, BackendTable
 from floodway.operator.gateway.breaker import BreakerState, breaker_on_result, breaker_on_send
 from floodway.operator.gateway.classes import classed, request_class
@@ -108,6 +109,7 @@ class Gateway:
         self.config, self.table, self.metrics, self.clock = config, table, metrics, clock
         self.local, self.remote = local, remote
         self.policy = config.overflow_policy()
+        self.slos = Slos.of(config.slo)  # the service's, which a request's class may replace
         self.api_key = ApiKey(config.overflow.api_key_env, config.overflow.api_key_file)
         self.budget, self.breaker = BudgetState(), BreakerState()
         self.hold = HoldQueue()
@@ -272,7 +274,7 @@ class Gateway:
                     self.table.take(choice, keys, adapter)
                     try:
                         answer = await self._local(choice, path, body, stream, t0, pool.predicted_ttft_s)
-                        return self._attained(answer, stream, info, tenant, klass)
+                        return attained(answer, stream, info, tenant, klass, self.metrics, self.clock, self.slos)
                     except _Failed:
                         tried, info, t0 = tried | {choice.backend.id}, replace(info, local_failed=True), None
                 elif decision.target == "overflow":
@@ -283,7 +285,7 @@ class Gateway:
                         self.metrics.class_overflow.labels(klass).inc()
                     try:
                         answer = await self._overflow(path, payload, stream, info.tokens, t0, remote_model)
-                        return self._attained(answer, stream, info, tenant, klass)
+                        return attained(answer, stream, info, tenant, klass, self.metrics, self.clock, self.slos)
                     except _Failed:
                         info, t0 = replace(info, overflow_failed=True), None
                 elif decision.target == "hold":
@@ -310,24 +312,6 @@ class Gateway:
             if seq is not None:  # held until the caller went away
                 self.metrics.hold_seconds.observe(self.clock() - held_since)
                 self._leave(seq, False)
-
-    def _attained(self, answer: Answer, stream: bool, info: RequestInfo, tenant: str | None, klass: str | None
-                  ) -> Answer:
-        """Counts a streamed answer's TTFT against its SLO (its class's, else the service's), by tenant and class: the
-        first token has just arrived (a stream is returned once its first chunk is read), and the time since the
-        request arrived includes any hold. A whole answer's first byte is its last token: not a TTFT."""
-        slo = info.ttft_slo_s or self.policy.ttft_slo_s
-        if not stream or answer.status_code >= 400 or slo is None:
-            return answer
-        met = self.clock() - info.arrived_at <= slo
-        m = self.metrics
-        for measured, within, label in ((m.tenant_ttft_measured, m.tenant_ttft_met, tenant),
-                                        (m.class_ttft_measured, m.class_ttft_met, klass)):
-            if label is not None:
-                measured.labels(label).inc()
-                if met:
-                    within.labels(label).inc()
-        return answer
 
     # -- attempts ------------------------------------------------------------------------------------
     async def _local(self, choice: BackendChoice, path: str, body: bytes, stream: bool, t0: float | None,

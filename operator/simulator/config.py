@@ -60,3 +60,8 @@ class SimConfig:
         as the gateway counts its attainment."""
         c = self.classes.get(klass) if klass else None
         return c.ttft_ms / 1000.0 if c is not None and c.ttft_ms else self.ttft_slo_s
+
+    def tpot_slo_of(self, klass: str | None) -> float:
+        """The TPOT SLO a request of this class is held to: its class's tpotMs, else the service's."""
+        c = self.classes.get(klass) if klass else None
+        return c.tpot_ms / 1000.0 if c is not None and c.tpot_ms else self.tpot_slo_s

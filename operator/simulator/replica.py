@@ -4,7 +4,9 @@ Each engine step decodes one token for every decoding request and spends the res
 chunked prefill (by priority, then oldest admitted: a prompt being prefilled yields to one admitted after it with a
 lower priority number, as the engine's scheduler does); its duration is decode_step(batch) + prefill_chunk /
 prefill_tokens_per_s + kv_tokens * decode_s_per_kv_token. A request's first token comes out of the step that
-finishes its prefill. Admission reserves KV for prompt + output (no preemption is modelled). Steps with no
+finishes its prefill. Admission reserves KV for prompt + output; a request with no seat or KV left preempts
+running ones of a lower priority (a higher number), lowest-ranked first, as the engine's priority policy does:
+they queue again and recompute their prompt and the tokens they had. Steps with no
 event in them are taken in bulk, so an hour of traffic simulates in seconds. With a TPOT SLO (the engine's
 --tpot-slo-ms, which the operator sets from the spec), a step that decodes carries only the prefill that
 keeps it within the SLO: the engine's own budget function, fed the profile's step costs. The modelled steps
@@ -95,7 +97,7 @@ class ReplicaProfile:
 
 class SimRequest:
     __slots__ = ("arrival_s", "prompt", "output", "blocks", "adapter", "tenant", "klass", "priority", "left",
-                 "first_token_s", "finish_s", "where")
+                 "done", "admitted", "first_token_s", "finish_s", "where")
 
     def __init__(self, arrival_s: float, prompt: int, output: int, blocks: tuple[int, ...] = (),
                  adapter: str | None = None, tenant: str | None = None, klass: str | None = None):
@@ -103,6 +105,8 @@ class SimRequest:
         self.tenant, self.klass = tenant, klass  # traces.TraceRequest's
         self.priority = 0  # what the gateway sends the engines (its class's, with engine.schedulingPolicy priority)
         self.left = prompt  # prefill tokens still to compute
+        self.done = 0  # output tokens it had when last preempted (its recompute prefills them too)
+        self.admitted = 0  # the replica's admission count when it was admitted (the newest is preempted first)
         self.first_token_s = self.finish_s = None
         self.where = ""  # "local", "overflow", "rejected" (capacity) or "refused" (its tenant's limits)
 
@@ -123,6 +127,8 @@ class Replica:
         self.kv_used = 0
         self.kv_ctx = 0  # context tokens of decoding requests (drives the KV-read term)
         self._seq = 0
+        self._admissions = 0
+        self.running_priorities: dict[int, int] = {}  # admitted requests per priority number
         self.busy_s = 0.0  # time spent in steps (GPU utilisation)
         self.step_times = StepTimes()  # the engine's own moving averages, fed the modelled steps
 
@@ -204,12 +210,49 @@ class Replica:
         q.insert(next(i for i, r in enumerate(q) if r.priority > req.priority), req)
 
     def _admit(self) -> None:
-        while self.queue and self.running < self.p.max_num_seqs:
-            need = self.queue[0].prompt + self.queue[0].output
-            if self.kv_used + need > self.p.kv_capacity_tokens:
+        while self.queue:
+            r = self.queue[0]
+            while not self._room(r) and self._preempt_below(r.priority):
+                pass
+            if not self._room(r):
                 return
-            self.kv_used += need
+            self.kv_used += r.prompt + r.output
+            self._admissions += 1
+            r.admitted = self._admissions
+            self.running_priorities[r.priority] = self.running_priorities.get(r.priority, 0) + 1
             self._enqueue(self.prefilling, self.queue.popleft())
+
+    def _room(self, r: SimRequest) -> bool:
+        return self.running < self.p.max_num_seqs and self.kv_used + r.prompt + r.output <= self.p.kv_capacity_tokens
+
+    def _preempt_below(self, priority: int) -> bool:
+        """Preempts the lowest-ranked running request of a priority number above `priority` (of the highest number,
+        the newest admitted); False: none runs."""
+        low = max((p for p, n in self.running_priorities.items() if n), default=priority)
+        if low <= priority:
+            return False
+        entries = [(r.admitted, r, None) for r in self.prefilling if r.priority == low]
+        entries += [(r.admitted, r, i) for i, (_, _, r) in enumerate(self.decoding) if r.priority == low]
+        _, r, i = max(entries, key=lambda e: e[0])
+        if i is None:
+            self.prefilling.remove(r)
+        else:
+            finish_step = self.decoding[i][0]
+            self.decoding[i] = self.decoding[-1]
+            self.decoding.pop()
+            heapq.heapify(self.decoding)
+            had = r.output - (finish_step - self.step_no)  # tokens out so far: its KV context is one fewer
+            self.kv_ctx -= r.prompt + had - 1
+            r.done = had
+        r.left = r.prompt + r.done
+        self._release(r)
+        # Back in line ahead of its equals, which arrived after it (the engine ranks by priority, then arrival).
+        self.queue.insert(next((k for k, w in enumerate(self.queue) if w.priority >= r.priority), len(self.queue)), r)
+        return True
+
+    def _release(self, r: SimRequest) -> None:
+        self.kv_used -= r.prompt + r.output
+        self.running_priorities[r.priority] -= 1
 
     def _shape(self) -> tuple[int, int, float]:
         """(decode batch, prefill tokens per step, step seconds) for the next step."""
@@ -262,13 +305,14 @@ class Replica:
             if r.left:
                 break
             self.prefilling.popleft()
-            r.first_token_s = self.now
-            if r.output <= 1:
+            if r.first_token_s is None:
+                r.first_token_s = self.now
+            if r.output - r.done <= 1:
                 self._finish(r)
             else:
                 self._seq += 1
-                self.kv_ctx += r.prompt
-                heapq.heappush(self.decoding, (self.step_no + r.output - 1, self._seq, r))
+                self.kv_ctx += r.prompt + r.done
+                heapq.heappush(self.decoding, (self.step_no + r.output - r.done - 1, self._seq, r))
         while self.decoding and self.decoding[0][0] <= self.step_no:
             r = heapq.heappop(self.decoding)[2]
             self.kv_ctx -= r.prompt + r.output - 1
@@ -277,5 +321,5 @@ class Replica:
 
     def _finish(self, r: SimRequest) -> None:
         r.finish_s = self.now
-        self.kv_used -= r.prompt + r.output
+        self._release(r)
         self.on_finish(r)

@@ -31,11 +31,11 @@ class Summary:
 
 
 def met(cfg: SimConfig, r: SimRequest) -> bool:
-    """Whether a request was answered within its TTFT SLO and the TPOT SLO (rejected and refused ones miss)."""
+    """Whether a request was answered within its class's TTFT and TPOT SLOs (rejected and refused ones miss)."""
     if r.finish_s is None or r.where in ("rejected", "refused"):
         return False
     tpot = (r.finish_s - r.first_token_s) / (r.output - 1) if r.output > 1 else 0.0
-    return r.first_token_s - r.arrival_s <= cfg.ttft_slo_of(r.klass) and tpot <= cfg.tpot_slo_s
+    return r.first_token_s - r.arrival_s <= cfg.ttft_slo_of(r.klass) and tpot <= cfg.tpot_slo_of(r.klass)
 
 
 def summarize(res: SimResult) -> Summary:

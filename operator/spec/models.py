@@ -197,9 +197,9 @@ class EngineSpec(SpecModel):
     """Reuse KV blocks of shared prompt prefixes."""
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     """Which request the engine serves first (vLLM's --scheduling-policy): fcfs, by arrival; priority, by each
-    request's `priority` field (lower first, ties by arrival; fcfs refuses any but 0), the lowest-priority running
-    requests preempted first, and in our engine a prompt being prefilled yields to higher-priority arrivals.
-    Runtimes floodway and vllm."""
+    request's `priority` field (lower first, ties by arrival; fcfs refuses any but 0), a request with no seat or KV
+    blocks preempting lower-priority running ones, the lowest-priority first; in our engine a prompt being
+    prefilled also yields to higher-priority arrivals. Runtimes floodway and vllm."""
     port: int = Field(8000, ge=1, le=65535)
     """Container port of the OpenAI-compatible API."""
     startup_timeout_seconds: int = Field(1800, ge=30)
@@ -478,6 +478,10 @@ class SLOClassSpec(SpecModel):
     """Its time to first token SLO in milliseconds: the overflow rule's predicted-TTFT trigger for its requests
     (unset: slo.ttftMs), what the gateway's TTFT attainment counts them against, and, with queueLimit, the wait
     past which its requests held in the gateway are refused (unset: none)."""
+    tpot_ms: float | None = Field(None, gt=0)
+    """Its time per output token SLO in milliseconds: what the gateway's TPOT attainment counts its streamed answers
+    against (unset: slo.tpotMs). The engines' prefill budget protects slo.tpotMs: to hold a stricter class's, set
+    slo.tpotMs to it."""
     queue_limit: int | None = Field(None, ge=0)
     """How many of its requests may wait in the gateway's queue at once while local capacity is short and they may
     not overflow (overflow false, or the overflow API unavailable to them), released fairly between tenants; past

@@ -157,18 +157,25 @@ def test_a_class_waits_within_its_queue_limit_and_is_refused_past_it(gateway, te
     assert metric(gw.url, "floodway_gateway_tenant_in_flight", tenant="alpha") == 0
 
 
-def test_streamed_answers_count_toward_their_tenants_and_classs_ttft_attainment(engines, gateway, tenants_file,
-                                                                                metric):
-    """A TTFT SLO of a minute, which a one-token answer of the tiny model meets whatever the machine's load."""
+def test_streamed_answers_count_toward_their_tenants_and_classs_ttft_and_tpot_attainment(engines, gateway,
+                                                                                         tenants_file, metric):
+    """SLOs of a minute, which a short answer of the tiny model meets whatever the machine's load, and a class with
+    a TPOT SLO of 1 ms, which no answer of an engine sleeping 50 ms a step (LOCAL_ARGS) meets."""
     gw = gateway({"backends": {"static": [engines[0].url]}, "served_models": [MODEL],
-                  "classes": [{"name": "tools", "ttft_ms": 60000}],
+                  "classes": [{"name": "tools", "ttft_ms": 60000, "tpot_ms": 60000},
+                              {"name": "strict", "ttft_ms": 60000, "tpot_ms": 1}],
                   "tenants": {"keys_file": tenants_file, "default": {"default_class": "tools"}}})
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-alpha", max_retries=0)
-    assert list(client.completions.create(model=MODEL, prompt="x", max_tokens=1, stream=True))
+    assert list(client.completions.create(model=MODEL, prompt="x", max_tokens=4, stream=True))
+    assert list(client.completions.create(model=MODEL, prompt="x", max_tokens=4, stream=True,
+                                          extra_headers={"x-floodway-class": "strict"}))
     client.completions.create(model=MODEL, prompt="x", max_tokens=1)  # whole: not a TTFT, not measured
-    for name, labels in (("tenant", {"tenant": "alpha"}), ("class", {"class": "tools"})):
-        assert metric(gw.url, f"floodway_gateway_{name}_ttft_measured_total", **labels) == 1
-        assert metric(gw.url, f"floodway_gateway_{name}_ttft_slo_met_total", **labels) == 1
+    for name, labels, ttft, tpot in (("tenant", {"tenant": "alpha"}, 2, 1), ("class", {"class": "tools"}, 1, 1),
+                                     ("class", {"class": "strict"}, 1, 0)):
+        assert metric(gw.url, f"floodway_gateway_{name}_ttft_measured_total", **labels) == ttft
+        assert metric(gw.url, f"floodway_gateway_{name}_ttft_slo_met_total", **labels) == ttft
+        assert metric(gw.url, f"floodway_gateway_{name}_tpot_measured_total", **labels) == ttft
+        assert metric(gw.url, f"floodway_gateway_{name}_tpot_slo_met_total", **labels) == tpot
 
 
 def test_classes_and_tenants_through_two_engines_and_the_overflow_api_with_the_official_client(

@@ -52,3 +52,31 @@ def test_fcfs_refuses_a_priority_and_the_policy_names_are_checked(clean_engine, 
         priority_engine.add_request("p", [5, 6, 7], GREEDY, priority=1.5)
     with pytest.raises(ValueError, match="^scheduling_policy must be one of fcfs, priority"):
         EngineConfig(scheduling_policy="lifo").validate()
+
+
+def test_a_full_batch_of_long_batch_answers_gives_an_interactive_request_its_seat_at_once(tiny_model_path,
+                                                                                        clean_engine, run_to_end):
+    """Both seats (max_num_seqs 2) hold batch requests with long answers: the interactive one preempts the newer
+    and has its first token from the next step, where it would otherwise wait for a whole answer. The preempted one
+    is recomputed and its tokens are fcfs's, one by one."""
+    from floodway.engine.llm_engine import LLMEngine
+
+    eng = LLMEngine(EngineConfig(model=tiny_model_path, max_model_len=256, num_kv_blocks=64,
+                                 max_num_batched_tokens=64, max_num_seqs=2, scheduling_policy="priority"))
+    long = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    prompts = {"b1": BATCH[:20], "b2": BATCH[20:40], "interactive": INTERACTIVE}
+    for rid in ("b1", "b2"):
+        eng.add_request(rid, prompts[rid], long, priority=10)
+    seen = {}
+    for _ in range(3):
+        for out in eng.step():
+            seen.setdefault(out.request_id, []).append(out)
+    eng.add_request("interactive", INTERACTIVE, GREEDY, priority=0)
+    assert [o.request_id for o in eng.step()] == ["b1", "interactive"]  # b2 gave its seat up
+    for rid, outs in run_to_end(eng).items():
+        seen.setdefault(rid, []).extend(outs)
+    assert_no_leak(eng)
+    assert eng.scheduler.counters.num_preemptions == 1
+    for rid, prompt in prompts.items():
+        clean_engine.add_request(rid, prompt, long if rid != "interactive" else GREEDY)
+        assert seen[rid][-1].output_token_ids == run_to_end(clean_engine)[rid][-1].output_token_ids

@@ -149,3 +149,40 @@ def test_a_prompt_being_prefilled_yields_the_step_to_a_higher_priority_arrival()
     assert first == [("decoding", 1), ("urgent", 3), ("long", 4)]
     step, first = first_token_step("fcfs")
     assert step > 2 and first == [("decoding", 1), ("long", 7)]
+
+
+
+def batch_full_then_urgent(policy, *, seats, blocks, priority=0, arrival=2.0):
+    """Two priority-9 requests decoding, then a waiting one of `priority`, with `seats` seats and `blocks` blocks
+    of 4 tokens in all: the next step's output (not yet advanced) and the scheduler."""
+    kv = KVManager(num_blocks=blocks, block_size=4)
+    sched = Scheduler(kv, max_num_seqs=seats, max_num_batched_tokens=64, chunked_prefill=True, policy=policy)
+    for rid, t in [("b1", 0.0), ("b2", 1.0)]:
+        sched.add(req(rid, 5, priority=9, arrival=t))
+    advance(sched.schedule())
+    sched.add(req("urgent", 6, priority=priority, arrival=arrival))
+    return sched.schedule(), sched
+
+
+@pytest.mark.parametrize("seats,blocks", [(2, 64), (8, 5)])
+def test_a_waiting_request_preempts_a_lower_priority_one_for_its_seat_or_its_blocks(seats, blocks):
+    """Seats: max_num_seqs is full. Blocks: b1 and b2 hold 2 blocks each and "urgent" needs 2, with 1 free. The
+    priority policy preempts the newest of the lower priority (b2) and serves "urgent" in the same step; b2 waits
+    behind it, to be recomputed. fcfs serves the batch."""
+    out, sched = batch_full_then_urgent("priority", seats=seats, blocks=blocks)
+    assert [r.request_id for r in out.preempted] == ["b2"]
+    assert scheduled(out) == [("b1", 1), ("urgent", 6)]
+    assert [r.request_id for r in sched.waiting] == ["b2"] and sched.waiting[0].num_computed_tokens == 0
+    out, sched = batch_full_then_urgent("fcfs", seats=seats, blocks=blocks)
+    assert out.preempted == [] and scheduled(out) == [("b1", 1), ("b2", 1)]
+
+
+def test_only_a_strictly_higher_priority_preempts_so_the_preempted_never_preempt_back():
+    # Of the same priority, even ranked above both by its arrival, a waiting request waits for a seat.
+    out, _ = batch_full_then_urgent("priority", seats=2, blocks=64, priority=9, arrival=-1.0)
+    assert out.preempted == [] and scheduled(out) == [("b1", 1), ("b2", 1)]
+    out, sched = batch_full_then_urgent("priority", seats=2, blocks=64)
+    for _ in range(3):  # b2 waits behind b1 and "urgent" without taking a seat back
+        advance(out)
+        out = sched.schedule()
+        assert out.preempted == [] and scheduled(out) == [("urgent", 1), ("b1", 1)]

@@ -14,7 +14,7 @@ from floodway.operator.simulator.des import Scaler, simulate
 from floodway.operator.simulator.gateway import SimGateway
 from floodway.operator.simulator.population import class_shares, fair_tenant_rpm, tag_population
 from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
-from floodway.operator.simulator.report import population, population_table
+from floodway.operator.simulator.report import met, population, population_table
 from floodway.operator.simulator.run import Options, prepare
 from floodway.operator.simulator.slot import ReplicaSlot
 from floodway.operator.simulator.traces import TraceRequest, idle_then_burst
@@ -116,7 +116,8 @@ def test_with_engine_priority_a_replica_admits_a_higher_class_first():
     for r, p in zip(reqs, (10, 10, 0, 10), strict=True):
         r.priority = p
         rep.submit(r, 0.0)
-    assert list(rep.queue) == [reqs[2], reqs[1], reqs[3]]  # the first runs; the rest wait lower numbers first
+    # The 0 takes the seat of the first 10 (preempted, it waits first of its equals); the rest wait in order.
+    assert list(rep.prefilling) == [reqs[2]] and list(rep.queue) == [reqs[0], reqs[1], reqs[3]]
     # A prompt being prefilled yields to one admitted after it with a lower number (the engine's scheduler does).
     rep = Replica(ReplicaProfile(max_num_seqs=4, max_num_batched_tokens=64), 0.0, lambda r: None)
     long, short = SimRequest(0.0, 1000, 5), SimRequest(0.0, 100, 5)
@@ -130,6 +131,29 @@ def test_with_engine_priority_a_replica_admits_a_higher_class_first():
     r = SimRequest(0.0, 100, 4, klass="batch")
     gateway.arrive(slots, r, 0.0)
     assert r.priority == 10
+
+
+def test_with_engine_priority_a_full_batch_of_long_answers_gives_a_higher_class_its_seat_at_once():
+    """Both seats hold batch answers of 1000 tokens (10 ms a step): an interactive request preempts the newer and
+    has its first token within a step or two, where without priority it waits for a whole answer (10 s). The
+    preempted one recomputes its prompt and the tokens it had, then finishes its answer; nothing is left held."""
+    def run(priority):
+        rep = Replica(ReplicaProfile(max_num_seqs=2, decode_step_s={1: 0.01}, decode_s_per_kv_token=0.0), 0.0,
+                      lambda r: None)
+        b1, b2, urgent = SimRequest(0.0, 100, 1000), SimRequest(0.0, 100, 1000), SimRequest(1.0, 50, 10)
+        b1.priority = b2.priority = priority
+        for r in (b1, b2, urgent):
+            rep.submit(r, r.arrival_s)
+        rep.advance_to(100.0)
+        assert not rep.busy and rep.kv_used == 0 and rep.kv_ctx == 0
+        return b1, b2, urgent
+
+    b1, b2, urgent = run(10)
+    assert urgent.first_token_s - 1.0 < 0.03
+    assert b1.finish_s < b2.finish_s  # b2, the newer, was preempted and recomputed 100 + ~100 tokens
+    assert b2.finish_s - b1.finish_s > urgent.finish_s - urgent.first_token_s
+    _, _, urgent = run(0)
+    assert urgent.first_token_s > 9.0
 
 
 def test_batch_demand_alone_scales_only_to_the_batch_class_s_cap_and_every_request_completes():
@@ -149,3 +173,15 @@ def test_batch_demand_alone_scales_only_to_the_batch_class_s_cap_and_every_reque
     assert max(x["desired"] for x in capped.timeline) == 2
     assert [r.where for r in capped.requests] == ["local"] * len(trace)
     assert all(r.finish_s is not None for r in capped.requests)
+
+
+def test_a_request_is_held_to_its_class_s_ttft_and_tpot_slos_else_the_service_s():
+    cfg = SimConfig(ttft_slo_s=0.5, tpot_slo_s=0.05, classes={
+        "chat": SLOClassSpec(name="chat", ttft_ms=200, tpot_ms=20), "bulk": SLOClassSpec(name="bulk")})
+    r = SimRequest(0.0, 100, 11, klass="chat")
+    r.first_token_s, r.finish_s, r.where = 0.1, 0.1 + 10 * 0.03, "local"  # TTFT 100 ms, TPOT 30 ms
+    assert not met(cfg, r)
+    r.klass = "bulk"
+    assert met(cfg, r)
+    r.first_token_s, r.finish_s = 0.6, 0.9
+    assert not met(cfg, r)
