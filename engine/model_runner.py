@@ -104,7 +104,8 @@ class ModelRunner:
         meta, input_ids, positions, keep = step_inputs.build(seqs, self.shape.block_size, self.k_caches,
                                                                   self.v_caches, self.device)
         if self.lora is not None:
-            self.lora.step.batch = lora_manager.step_batch(seqs, step_inputs.packed_order(seqs), self.device)
+            self.lora.step.batch = lora_manager.step_batch(self.lora, seqs, step_inputs.packed_order(seqs),
+                                                            self.device)
         out = self.model(input_ids=input_ids, position_ids=positions, logits_to_keep=keep, use_cache=False,
                          floodway_meta=meta)
         return out.logits[0].float()

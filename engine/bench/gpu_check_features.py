@@ -103,7 +103,7 @@ def quantized(plain, settings: dict, folder: str, tmp: pathlib.Path, concurrency
         run_once(engine, prompts(engine.tokenizer, "chat", 2), [None], 2, 4, "warm")
         for c in concurrency:
             reqs = prompts(engine.tokenizer, "chat", requests(c))
-            row.tps[c] = run_once(engine, reqs, [None], c, max_tokens, f"{row.name}{c}")
+            row.tps[c] = run_once(engine, reqs, [None], c, max_tokens, f"{row.name}{c}").wall
             say(f"  {row.name}, concurrency {c}: {row.tps[c]:,.1f} tok/s")
 
     float_row = QuantRow(settings["dtype"])

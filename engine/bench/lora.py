@@ -10,6 +10,7 @@ import json
 import pathlib
 import tempfile
 import time
+from dataclasses import dataclass
 
 from floodway.engine.bench.systems import Clock
 from floodway.engine.sampling_params import SamplingParams
@@ -42,8 +43,14 @@ def write_adapter(folder: pathlib.Path, geometry, rank: int, seed: int) -> str:
     return str(folder)
 
 
+@dataclass(frozen=True)
+class Rate:
+    wall: float  # output tokens per second
+    cpu: float  # per second of this process's CPU time: steadier than wall time on a shared machine (--threads 1)
+
+
 def run_once(engine, reqs: list[list[int]], loras: list[str | None], concurrency: int, max_tokens: int,
-             tag: str) -> float:
+             tag: str) -> Rate:
     """Output tokens per second; request i runs with loras[i % len(loras)]."""
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     pending, inflight, tokens = list(enumerate(reqs)), 0, 0
@@ -56,8 +63,8 @@ def run_once(engine, reqs: list[list[int]], loras: list[str | None], concurrency
         for out in engine.step():
             tokens += len(out.new_token_ids)
             inflight -= out.finished
-    seconds, _ = clock.stop()
-    return tokens / seconds
+    seconds, cpu = clock.stop()
+    return Rate(tokens / seconds, tokens / cpu)
 
 
 def load_times(engine, paths: list[str]) -> tuple[float, float]:
@@ -96,16 +103,16 @@ def compare(plain, lora, rank: int, concurrency: list[int], max_tokens: int, num
         warm = prompts(plain.tokenizer, "chat", 4)
         run_once(plain, warm, [None], 4, 8, "warm")
         run_once(lora, warm, [f"a{i}" for i in range(n_adapters)], 4, 8, "warm")
-        echo("| concurrency | rows | tok/s | x base (no LoRA engine) |\n|---|---|---|---|")
+        echo("| concurrency | rows | tok/s | x base (no LoRA engine) | x base, per CPU-second |\n|---|---|---|---|---|")
         for c in concurrency:
             reqs = prompts(plain.tokenizer, "chat", num_requests or max(8, 2 * c))
             base = run_once(plain, reqs, [None], c, max_tokens, f"plain{c}")
-            echo(f"| {c} | base, engine without LoRA | {base:,.1f} | 1.00x |")
+            echo(f"| {c} | base, engine without LoRA | {base.wall:,.1f} | 1.00x | 1.00x |")
             rows = [("base, LoRA engine", [None])] + [(f"{k} adapter{'s' if k > 1 else ''} uniformly",
                                                       [f"a{i}" for i in range(k)]) for k in counts]
             for label, loras in rows:
-                tps = run_once(lora, reqs, loras, c, max_tokens, f"{label[:6]}{c}")
-                echo(f"| {c} | {label} | {tps:,.1f} | {tps / base:.2f}x |")
+                r = run_once(lora, reqs, loras, c, max_tokens, f"{label[:6]}{c}")
+                echo(f"| {c} | {label} | {r.wall:,.1f} | {r.wall / base.wall:.2f}x | {r.cpu / base.cpu:.2f}x |")
 
 
 def run(model: str, rank: int, concurrency: list[int], threads: int, dtype: str, max_model_len: int,

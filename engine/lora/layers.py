@@ -28,7 +28,7 @@ class LoRALinear(nn.Module):
     def kernel(self) -> str:
         from floodway.engine.quant.linear import kernel_of
 
-        how = "Triton segment matmul" if self.lora_a.is_cuda else "rank-padded bmm"
+        how = "Triton segment matmul" if self.lora_a.is_cuda else "sliced runs or a rank-padded bmm"
         return f"{kernel_of(self.base)} + LoRA ({how} over {self.lora_a.shape[0]} slots)"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -39,8 +39,7 @@ class LoRALinear(nn.Module):
         if b.kernel is not None:  # CUDA: the Triton kernels, all slots in one launch each
             return b.kernel.add(y, x, self.lora_a, self.lora_b, self.scale)
         for slot, start, end in b.runs:
-            d = torch.mm(torch.mm(x[start:end], self.lora_a[slot]), self.lora_b[slot])
-            y[start:end] += d.mul_(self.scale[slot])
+            y[start:end].addmm_(torch.mm(x[start:end], self.lora_a[slot]), self.lora_b[slot], alpha=b.scales[slot])
         if b.rows is not None:
             k, m = b.num_slots, b.per_slot
             xp = x.index_select(0, b.gather).view(k, m, -1)

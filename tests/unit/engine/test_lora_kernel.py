@@ -59,7 +59,7 @@ def test_rows_grouped_by_slot_from_the_plan():
     assert rows == list(range(3, 23)) + [0, 2, 23, 24] and starts == [0, 20, 22, 22, 24]
     seg = Segments.of(p, "cpu")
     assert (seg.num_slots, seg.most_rows) == (4, 20) and seg.rows.dtype == seg.starts.dtype == torch.int32
-    assert batch.to_device(p, "cpu").kernel is None  # the CPU keeps its gathered bmm
+    assert batch.to_device(p, "cpu", torch.ones(4, 1, 1)).kernel is None  # the CPU keeps its gathered bmm
 
 
 def _layer(ranks: list[int], dtype: torch.dtype, device, n_in=100, outs=(40, 16, 16), seed=0):
@@ -144,12 +144,12 @@ class TestKernelCases:
 
         bmm = batch.to_device
 
-        def on_bmm(p, device):  # the CPU's layout, wherever the engine runs
-            d = bmm(p, "cpu")
+        def on_bmm(p, device, scale):  # the CPU's layout, wherever the engine runs
+            d = bmm(p, "cpu", scale.cpu())
             return dataclasses.replace(d, **{f: getattr(d, f).to(device) for f in ("rows", "gather", "dest")
                                              if getattr(d, f) is not None})
 
-        def on_kernels(p, device):
+        def on_kernels(p, device, scale):
             return batch.DeviceBatch([], None, None, None, 0, 0, Segments.of(p, device))
 
         def generate(to_device):
@@ -182,12 +182,12 @@ def test_cuda_step_batch_selects_the_kernel_and_equals_the_cpu_path():
 
     slots = [1, -1] + [0] * 37 + [2, 2, -1, 1]
     p = batch.plan(slots)
-    assert isinstance(batch.to_device(p, "cuda").kernel, Segments)
     lin = _layer([8, 2, 5], torch.float32, "cuda")
+    assert isinstance(batch.to_device(p, "cuda", lin.scale).kernel, Segments)
     x = torch.randn(len(slots), 100, device="cuda")
-    lin.step.batch = batch.to_device(p, "cuda")
+    lin.step.batch = batch.to_device(p, "cuda", lin.scale)
     got = lin(x)
     cpu = _layer([8, 2, 5], torch.float32, "cpu")
     cpu.base.load_state_dict(lin.base.state_dict())
-    cpu.step.batch = batch.to_device(p, "cpu")
+    cpu.step.batch = batch.to_device(p, "cpu", cpu.scale)
     torch.testing.assert_close(got.cpu(), cpu(x.cpu()), atol=1e-5, rtol=1e-5)

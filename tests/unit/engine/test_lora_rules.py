@@ -17,7 +17,8 @@ from floodway.engine.scheduler import Scheduler
 
 
 def test_plan_slices_long_runs_and_pads_the_rest_by_slot():
-    # rows: 3 decodes (slots 1, -1, 1), then a 20-row prefill of slot 0, then a 2-row chunk of slot 2
+    # rows: 3 decodes (slots 1, -1, 1), then a 20-row prefill of slot 0, then a 2-row chunk of slot 2: the three
+    # short runs would read no fewer slots sliced (3) than padded (slots 0..2)
     slots = [1, -1, 1] + [0] * 20 + [2, 2]
     p = batch.plan(slots, run_rows=16)
     assert p.runs == [(0, 3, 23)]
@@ -25,12 +26,26 @@ def test_plan_slices_long_runs_and_pads_the_rest_by_slot():
     assert (p.num_slots, p.per_slot) == (3, 2)
     assert p.dest == [2, 3, 4, 5]  # slot s, j-th row -> s * M + j
     assert batch.plan([-1, -1]) is None
-    d = batch.to_device(p, "cpu")
+    d = batch.to_device(p, "cpu", torch.ones(3, 1, 1))
     assert d.gather.tolist() == [0, 0, 0, 2, 23, 24] and d.rows.tolist() == p.rows
 
 
-def test_plan_rows_compute_each_rows_own_delta():
-    """The padded bmm over slots equals a per-row loop, whatever the mix (an oracle by definition)."""
+def test_plan_slices_every_run_when_they_are_few_against_the_slots_the_padded_bmm_would_read():
+    # decodes of slots 5 and 9 (of 16 resident): two slices read two adapters, the padded bmm would read ten
+    p = batch.plan([9, -1, 5, 5], run_rows=16)
+    assert batch.plan([2, -1, 0, 1], run_rows=16).runs == []  # three slices cost more than three slots: padded
+    assert p.runs == [(9, 0, 1), (5, 2, 4)] and p.rows == [] and p.num_slots == 0
+    d = batch.to_device(p, "cpu", torch.arange(16.0).view(16, 1, 1))
+    assert d.rows is None and d.scales[9] == 9.0
+    # one of them as its own slice (longer than run_rows) leaves one short run of slot 5: sliced too
+    assert batch.plan([9] * 20 + [5], run_rows=16).runs == [(9, 0, 20), (5, 20, 21)]
+
+
+@pytest.mark.parametrize("slots", [[2, -1, 0, 0, 2] + [1] * 5 + [-1],  # padded bmm beside a sliced run
+                                   [2, -1, 2, 2]])  # every run sliced
+def test_plan_rows_compute_each_rows_own_delta(slots):
+    """The padded bmm over slots and the sliced runs equal a per-row loop, whatever the mix (an oracle by
+    definition)."""
     from floodway.engine.lora.layers import LoRALinear, StepState
 
     torch.manual_seed(0)
@@ -40,9 +55,8 @@ def test_plan_rows_compute_each_rows_own_delta():
     lin = LoRALinear(base, step, 3, 8, 4, 6, scale, "cpu", torch.float32)
     lin.lora_a.normal_()
     lin.lora_b.normal_()
-    slots = [2, -1, 0, 0, 2] + [1] * 5 + [-1]
     x = torch.randn(len(slots), 8)
-    step.batch = batch.to_device(batch.plan(slots, run_rows=3), "cpu")
+    step.batch = batch.to_device(batch.plan(slots, run_rows=3), "cpu", scale)
     got = lin(x)
     want = torch.stack([base(x[t]) + (0 if s < 0 else x[t] @ lin.lora_a[s] @ lin.lora_b[s] * scale[s, 0, 0])
                         for t, s in enumerate(slots)])
