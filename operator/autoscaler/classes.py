@@ -1,8 +1,11 @@
-"""SLO classes in the autoscaler (spec.classes): each class's demand and TTFT attainment as the gateways count them,
-weighed by the class's cap (maxReplicas), so that batch demand alone grows the pool only up to its cap."""
+"""SLO classes in the autoscaler (spec.classes): each class's demand and SLO attainment (TTFT and TPOT) as the
+gateways count them, weighed by the class's cap (maxReplicas), so that batch demand alone grows the pool only up to
+its cap."""
 
 import math
 from collections.abc import Mapping
+
+from floodway.operator.autoscaler.signals import ClassCounts
 
 
 def weighed_demand(demand: float, in_flight: Mapping[str, float], caps: Mapping[str, int],
@@ -19,9 +22,16 @@ def weighed_demand(demand: float, in_flight: Mapping[str, float], caps: Mapping[
     return min(level, demand)
 
 
-def measured(class_ttft: Mapping[str, tuple[float, float]]) -> bool:
-    """Whether the gateways measured any class's TTFT attainment in the window."""
-    return any(n > 0 for _, n in class_ttft.values())
+def measured(class_slo: Mapping[str, ClassCounts]) -> bool:
+    """Whether the gateways measured any class's attainment (its answers' TTFT) in the window."""
+    return any(counts.attainment is not None for counts in class_slo.values())
+
+
+def sampled(counts: ClassCounts) -> float:
+    """The answers a class's attainment stands on, for its sampling noise: the smaller of its TTFT and TPOT counts
+    (TTFT's alone while no TPOT is measured). The combined share is no surer than its sparser part (TPOT counts only
+    answers of two tokens or more that ended whole), so the noise is never understated."""
+    return min(n for _, n in (counts.ttft, counts.tpot) if n > 0) if counts.ttft[1] > 0 else 0.0
 
 
 def below_target(attainment: float, measured: float, target: float, z: float) -> bool:
@@ -31,11 +41,13 @@ def below_target(attainment: float, measured: float, target: float, z: float) ->
     return attainment < target - z * noise
 
 
-def short_class(class_ttft: Mapping[str, tuple[float, float]], caps: Mapping[str, int], replicas: int,
+def short_class(class_slo: Mapping[str, ClassCounts], caps: Mapping[str, int], replicas: int,
                 target: float, z: float) -> tuple[str, float] | None:
-    """(a class short of its TTFT SLO target that may still add a replica, its attainment), or None. A class at its
-    cap (`replicas` >= maxReplicas) adds none: its misses wait for capacity the others leave."""
-    for c, (met, measured) in sorted(class_ttft.items()):
-        if measured > 0 and replicas < caps.get(c, math.inf) and below_target(met / measured, measured, target, z):
-            return c, met / measured
+    """(a class short of its SLO target, its answers judged on TTFT and TPOT together (ClassCounts.attainment), that
+    may still add a replica, its attainment), or None. A class at its cap (`replicas` >= maxReplicas) adds none: its
+    misses wait for capacity the others leave."""
+    for c, counts in sorted(class_slo.items()):
+        a = counts.attainment
+        if a is not None and replicas < caps.get(c, math.inf) and below_target(a, sampled(counts), target, z):
+            return c, a
     return None

@@ -30,8 +30,9 @@ sequences the profile's decode steps fit within the TPOT SLO) where that is fewe
   look before the next step), never to a pool the scale-up rule would grow right back;
 - bounds; with replicas_min 0, scale to zero after `scale_to_zero_after_seconds` without any demand (None: never).
 - SLO classes (spec.classes, classes.py): a class with maxReplicas (`class_caps`) counts in the demand only up to its
-  cap, and where the gateways measure the classes' TTFT attainment the SLO feedback reads it, class by class, in
-  place of the engines' (a class at its cap adds no replica).
+  cap, and where the gateways measure the classes' attainment (their answers' TTFT and TPOT, judged together as
+  the engines' are) the SLO feedback reads it, class by class, in place of the engines' (a class at its cap adds no
+  replica).
 
 The fields named as the spec's (operator/spec/models.py: autoscaling.*, replicas.* and slo.* as replicas_*, slo_*)
 take their values and defaults from it (controller/scaling.autoscaler_policy); the others are the policy's own.
@@ -228,12 +229,12 @@ def weighed(demand: float, signals: Signals, p: AutoscalerPolicy) -> float:
 
 def short_of_slo(signals: Signals, p: AutoscalerPolicy, replicas: int, z: float) -> str | None:
     """Why attainment is below target by more than `z` standard errors of sampling noise, or None. Where the gateways
-    measure classes' TTFT attainment, a class short of it that may grow the pool past `replicas`
+    measure classes' attainment (TTFT and TPOT), a class short of it that may grow the pool past `replicas`
     (classes.short_class); otherwise the engines' attainment (TTFT and TPOT) over the requests finished in the
     window."""
-    if measured(signals.class_ttft):
-        short = short_class(signals.class_ttft, dict(p.class_caps), replicas, p.slo_attainment, z)
-        return None if short is None else f"class {short[0]} TTFT attainment {short[1]:.3f}"
+    if measured(signals.class_slo):
+        short = short_class(signals.class_slo, dict(p.class_caps), replicas, p.slo_attainment, z)
+        return None if short is None else f"class {short[0]} SLO attainment {short[1]:.3f}"
     if signals.attainment is None:
         return None
     n = signals.finished_rate * signals.window_s
@@ -299,7 +300,7 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
     # class's misses, measured at the gateways over the requests kept local too, count while the engines queue: the
     # budget absorbs queues only for the requests it sends away.
     short = short_of_slo(signals, p, cur, p.slo_noise_z)
-    pressed = queued > 0 or signals.declined_rate > 0 or (measured(signals.class_ttft) and signals.total_waiting > 0)
+    pressed = queued > 0 or signals.declined_rate > 0 or (measured(signals.class_slo) and signals.total_waiting > 0)
     if short and pressed and signals.starting == 0 and want <= cur:
         want, reason = cur + 1, f"{short} < {p.slo_attainment:g} while queued"
         st = replace(st, slo_hold_until=now + p.scale_down_stabilization_seconds)

@@ -6,7 +6,7 @@ inter-token latency); two scrapes `window_s` apart give rates and the SLO attain
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from floodway.operator.runtimes import DEFAULT, RUNTIMES, MetricNames
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,7 +22,54 @@ GW_DECLINED = "floodway_gateway_overflow_declined_total"  # requests kept from o
 GW_CLASS_IN_FLIGHT = "floodway_gateway_class_in_flight"  # requests of each class not yet over
 GW_CLASS_TTFT_MET = "floodway_gateway_class_ttft_slo_met_total"  # streamed answers within their class's TTFT SLO
 GW_CLASS_TTFT_MEASURED = "floodway_gateway_class_ttft_measured_total"  # streamed answers measured, by class
+GW_CLASS_TPOT_MET = "floodway_gateway_class_tpot_slo_met_total"  # streamed answers within their class's TPOT SLO
+GW_CLASS_TPOT_MEASURED = "floodway_gateway_class_tpot_measured_total"  # streamed answers ended whole, by class
+# ClassCounts' fields: each one's (within the SLO, measured) counters.
+GW_CLASS_SLO = {"ttft": (GW_CLASS_TTFT_MET, GW_CLASS_TTFT_MEASURED),
+                "tpot": (GW_CLASS_TPOT_MET, GW_CLASS_TPOT_MEASURED)}
 PROMPT_TOKENS = "vllm:prompt_tokens_total"  # prompt tokens the engine received (vLLM and ours)
+
+
+def both_met(ttft: tuple[float, float], tpot: tuple[float, float]) -> float | None:
+    """The share of answers meeting both SLOs from each SLO's (within, measured) counts; None: no TTFT measured.
+    The counts do not say which answers missed which SLO; a_ttft + a_tpot - 1 is the least share that can have met
+    both, so attainment is never overstated. No TPOT measured: TTFT's alone."""
+    if ttft[1] <= 0:
+        return None
+    a_tpot = tpot[0] / tpot[1] if tpot[1] > 0 else 1.0
+    return max(0.0, ttft[0] / ttft[1] + a_tpot - 1.0)
+
+
+@dataclass(frozen=True)
+class ClassCounts:
+    """One SLO class's streamed answers as the gateways count them, each SLO as (within it, measured): TTFT at the
+    first token, TPOT (the mean gap between events) when the answer ended whole. Cumulative in a GatewaySample, over
+    the window in Signals."""
+
+    ttft: tuple[float, float] = (0.0, 0.0)
+    tpot: tuple[float, float] = (0.0, 0.0)
+
+    @classmethod
+    def answer(cls, ttft_met: bool, tpot_met: bool | None) -> "ClassCounts":
+        """One answer's counts; tpot_met None: its TPOT not measured (fewer than two tokens)."""
+        return cls((float(ttft_met), 1.0), (0.0, 0.0) if tpot_met is None else (float(tpot_met), 1.0))
+
+    def _each(self, op, other: "ClassCounts") -> "ClassCounts":
+        """op(ours, other's) on each SLO's (within, measured) pair."""
+        return ClassCounts(**{f.name: op(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)})
+
+    def __add__(self, other: "ClassCounts") -> "ClassCounts":
+        return self._each(lambda a, b: (a[0] + b[0], a[1] + b[1]), other)
+
+    def since(self, old: "ClassCounts") -> "ClassCounts":
+        """The counts added since `old`, each SLO's pair on its own; one whose measured count went down was reset
+        (the gateway restarted): everything since the reset is new."""
+        return self._each(lambda new, was: new if new[1] < was[1] else (new[0] - was[0], new[1] - was[1]), old)
+
+    @property
+    def attainment(self) -> float | None:
+        """The share meeting both its TTFT and TPOT SLOs (both_met); None: no TTFT measured."""
+        return both_met(self.ttft, self.tpot)
 
 
 @dataclass(frozen=True)
@@ -53,10 +100,10 @@ class Signals:
     # The requests that reached the gateway in the window by the smallest pool that would have kept them local
     # (overflow.replicas_needed), as cumulative bucket counts {pool size: requests}: what a smaller pool overflows.
     replicas_needed: Mapping[float, float] = field(default_factory=dict)
-    # By SLO class (spec.classes), from the gateway: its requests in flight now, and its streamed answers over the
-    # window as (within its TTFT SLO, measured).
+    # By SLO class (spec.classes), from the gateway: its requests in flight now, and its streamed answers' TTFT and
+    # TPOT counts over the window.
     class_in_flight: Mapping[str, float] = field(default_factory=dict)
-    class_ttft: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    class_slo: Mapping[str, ClassCounts] = field(default_factory=dict)
 
     @property
     def total_running(self) -> float:
@@ -91,7 +138,7 @@ class GatewaySample:
     overflow_tokens_total: float = 0.0
     declined_total: float = 0.0
     class_in_flight: Mapping[str, float] = field(default_factory=dict)
-    class_ttft: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # cumulative (met, measured)
+    class_slo: Mapping[str, ClassCounts] = field(default_factory=dict)  # cumulative
 
 
 @dataclass(frozen=True)
@@ -155,11 +202,19 @@ def parse_engine(text: str, names: MetricNames = RUNTIMES[DEFAULT].metrics) -> E
 def parse_gateway(text: str) -> GatewaySample:
     # A retried attempt is counted again under the backend that finally served it.
     values, buckets, by_class = _samples(text, skip=lambda labels: labels.get("outcome") == "retried", by="class")
-    met, measured = by_class.get(GW_CLASS_TTFT_MET, {}), by_class.get(GW_CLASS_TTFT_MEASURED, {})
     return GatewaySample(values.get(GW_REQUESTS, 0.0), values.get(GW_OVERFLOW, 0.0), values.get(GW_HELD, 0.0),
                          buckets.get(GW_NEEDED, {}), values.get(GW_TOKENS, 0.0), values.get(GW_OVERFLOW_TOKENS, 0.0),
-                         values.get(GW_DECLINED, 0.0), by_class.get(GW_CLASS_IN_FLIGHT, {}),
-                         {c: (met.get(c, 0.0), n) for c, n in measured.items()})
+                         values.get(GW_DECLINED, 0.0), by_class.get(GW_CLASS_IN_FLIGHT, {}), _class_counts(by_class))
+
+
+def _class_counts(by_class: Mapping[str, Mapping[str, float]]) -> dict[str, ClassCounts]:
+    """Each class's counts from the gateway's counters by class (by_class: sample name -> {class: value}), for
+    every class with an SLO measured."""
+    def of(name, c):
+        return by_class.get(name, {}).get(c, 0.0)
+    classes = {c for _, measured in GW_CLASS_SLO.values() for c in by_class.get(measured, {})}
+    return {c: ClassCounts(**{k: (of(met, c), of(measured, c)) for k, (met, measured) in GW_CLASS_SLO.items()})
+            for c in classes}
 
 
 def _delta(new: float, old: float) -> float:
@@ -205,16 +260,10 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         w, n = share_within(_hist_delta(eng.tpot, prev.tpot if prev else None), tpot_slo_s)
         tpot_ok += w
         tpot_all += n
-    attainment = None
-    if ttft_all > 0:
-        a_ttft = ttft_ok / ttft_all
-        a_tpot = tpot_ok / tpot_all if tpot_all > 0 else 1.0
-        # The histograms do not say which requests missed which SLO; a_ttft + a_tpot - 1 is the least share
-        # that can have met both, so attainment is never overstated.
-        attainment = max(0.0, a_ttft + a_tpot - 1.0)
+    attainment = both_met((ttft_ok, ttft_all), (tpot_ok, tpot_all))
     gw_new, gw_old = new.gateway, old.gateway
     arrivals = overflow = tokens = overflow_tokens = declined = 0.0
-    needed, class_ttft = {}, {}
+    needed, class_slo = {}, {}
     if gw_new is not None:
         def rate(name):
             return _delta(getattr(gw_new, name), getattr(gw_old, name) if gw_old else 0.0)
@@ -222,12 +271,8 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         tokens, overflow_tokens, declined = rate("request_tokens_total"), rate("overflow_tokens_total"), \
             rate("declined_total")
         needed = _hist_delta(gw_new.replicas_needed, gw_old.replicas_needed if gw_old else None)
-        before = gw_old.class_ttft if gw_old else {}
-        for c, (met, n) in gw_new.class_ttft.items():
-            met0, n0 = before.get(c, (0.0, 0.0))
-            if n < n0:  # the gateway restarted
-                met0 = n0 = 0.0
-            class_ttft[c] = (met - met0, n - n0)
+        before = gw_old.class_slo if gw_old else {}
+        class_slo = {c: counts.since(before.get(c, ClassCounts())) for c, counts in gw_new.class_slo.items()}
     engines = list(new.engines.values())
     return Signals(
         ready=len(engines), starting=new.starting,
@@ -238,5 +283,5 @@ def signals_between(old: Scrape, new: Scrape, ttft_slo_s: float, tpot_slo_s: flo
         overflow_token_rate=overflow_tokens / dt, declined_rate=declined / dt, window_s=dt,
         prompt_token_rate=prompt / dt * (arrivals / (arrivals - overflow) if arrivals > overflow else 1.0),
         replicas_needed=needed, class_in_flight=dict(gw_new.class_in_flight) if gw_new else {},
-        class_ttft=class_ttft,
+        class_slo=class_slo,
     )

@@ -91,3 +91,26 @@ def bench_fair_share(
     from floodway.operator.bench.fair_share import run_bench as run_fair_share
 
     typer.echo(run_fair_share(capacity, ticks))
+
+
+@bench_app.command("classes")
+def bench_classes(
+    scenarios: str = typer.Option(None, help="Comma list of the simulator's scenarios (default: the family of "
+                                             "`floodway simulate --sweep`)."),
+    seeds: str = typer.Option("0", help="Comma list of seeds, each run on every scenario."),
+    jobs: int = typer.Option(1, min=1, help="Simulations run at once in worker processes (one per core)."),
+) -> None:
+    """Issue 40's targets for tenants and SLO classes, one row per scenario and seed: floodway+overflow with
+    classes interactive=0.3,standard=0.5,batch=0.2 and five tenants, t5 sending 10x its share, against the same
+    without t5's abuse. Rows also go to stderr as they finish."""
+    from floodway.operator.bench.class_targets import table, tally
+    from floodway.operator.bench.classes import run_bench as run_classes
+    from floodway.operator.simulator.scenarios import FAMILY, SCENARIOS
+
+    with exit_2_on_value_error():
+        names = [s for s in scenarios.split(",") if s] if scenarios else list(FAMILY)
+        unknown = sorted(set(names) - set(SCENARIOS))
+        if unknown:
+            raise ValueError(f"unknown scenarios {unknown}; choose from {', '.join(SCENARIOS)}")
+        verdicts = run_classes(names, [int(s) for s in seeds.split(",") if s], jobs)
+        typer.echo(table(verdicts) + "\n\n" + tally(verdicts))

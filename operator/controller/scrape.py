@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Collection, Sequence
 
 import httpx
-from floodway.operator.autoscaler.signals import GatewaySample, Scrape, parse_engine, parse_gateway
+from floodway.operator.autoscaler.signals import ClassCounts, GatewaySample, Scrape, parse_engine, parse_gateway
 from floodway.operator.controller.adapters import ReplicaAdapters, failed_adapters, listed_adapters
 from floodway.operator.runtimes import DEFAULT, RUNTIMES
 
@@ -62,19 +62,18 @@ def _summed(samples: list[GatewaySample | None]) -> GatewaySample | None:
         return None
     needed: dict[float, float] = {}
     in_flight: dict[str, float] = {}
-    ttft: dict[str, tuple[float, float]] = {}
+    slo: dict[str, ClassCounts] = {}
     for s in samples:
         for le, count in s.replicas_needed.items():
             needed[le] = needed.get(le, 0.0) + count
         for c, n in s.class_in_flight.items():
             in_flight[c] = in_flight.get(c, 0.0) + n
-        for c, (met, n) in s.class_ttft.items():
-            met0, n0 = ttft.get(c, (0.0, 0.0))
-            ttft[c] = (met0 + met, n0 + n)
+        for c, counts in s.class_slo.items():
+            slo[c] = slo.get(c, ClassCounts()) + counts
     return GatewaySample(sum(s.requests_total for s in samples), sum(s.overflow_total for s in samples),
                          sum(s.held for s in samples), needed, sum(s.request_tokens_total for s in samples),
                          sum(s.overflow_tokens_total for s in samples), sum(s.declined_total for s in samples),
-                         in_flight, ttft)
+                         in_flight, slo)
 
 
 def scrape_adapters(engines: dict[str, str], wanted: Collection[str],

@@ -14,8 +14,9 @@ as the gateway does. With tenants (SimConfig.tenants) a request is first admitte
 (classes.request_class, SimConfig.classes) sets its overflow rule, TTFT SLO and queue limit (classes.classed). The
 hold queue releases in arrival order (the gateway's fair share between tenants, fair_share.py, is not modelled).
 It keeps the counters the operator scrapes from a gateway (`sample`), those by class included: its requests in
-flight, and its answers' TTFT against the class's SLO, counted when the answer ends (the gateway counts it at the
-first token).
+flight, and its answers' TTFT and TPOT (the mean time per output token after the first, for answers of two tokens or
+more, as report.met computes it) against the class's SLOs, both counted when the answer ends (the gateway counts
+TTFT at the first token).
 """
 
 import heapq
@@ -24,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from random import Random
 
-from floodway.operator.autoscaler.signals import GatewaySample, observe
+from floodway.operator.autoscaler.signals import ClassCounts, GatewaySample, observe
 from floodway.operator.gateway import overflow as ov
 from floodway.operator.gateway import overflow_budget as ob
 from floodway.operator.gateway import tenants as tn
@@ -71,23 +72,26 @@ class SimGateway:
         self._limits = cfg.tenants.limits_by_name()
         self._overflow_ends: list[tuple[float, int, SimRequest]] = []  # (finish, seq, request): over then
         self.class_in_flight: dict[str, int] = {}
-        self.class_ttft: dict[str, tuple[int, int]] = {}  # (within its class's TTFT SLO, measured)
+        self.class_slo: dict[str, ClassCounts] = {}  # its answers' TTFT and TPOT against their class's SLOs
 
     def _limits_of(self, tenant: str):
         return self._limits.get(tenant, self.cfg.tenants.default)
 
     def _release(self, r: SimRequest) -> None:
         """It is over (the answer ended, or it was rejected): its tenant's concurrency slot frees, its class's count
-        in flight drops, and an answer's TTFT counts for its class."""
+        in flight drops, and an answer's TTFT and TPOT count for its class."""
         if r.tenant in self.tenants:
             self.tenants[r.tenant] = tn.released(self.tenants[r.tenant])
         if r.klass is None or r.klass not in self.class_in_flight:
             return
         self.class_in_flight[r.klass] -= 1
         if r.where in ("local", "overflow") and r.first_token_s is not None:
-            met, n = self.class_ttft.get(r.klass, (0, 0))
-            within = r.first_token_s - r.arrival_s <= self.cfg.ttft_slo_of(r.klass)
-            self.class_ttft[r.klass] = (met + within, n + 1)
+            ttft_met = r.first_token_s - r.arrival_s <= self.cfg.ttft_slo_of(r.klass)
+            tpot_met = None
+            if r.output > 1 and r.finish_s is not None:
+                tpot_met = (r.finish_s - r.first_token_s) / (r.output - 1) <= self.cfg.tpot_slo_of(r.klass)
+            self.class_slo[r.klass] = self.class_slo.get(r.klass, ClassCounts()) + ClassCounts.answer(ttft_met,
+                                                                                                      tpot_met)
 
     def _overflows_over(self, t: float) -> None:
         while self._overflow_ends and self._overflow_ends[0][0] <= t:
@@ -129,7 +133,7 @@ class SimGateway:
         """What the operator scrapes from the gateway at `t`."""
         self._overflows_over(t)
         return GatewaySample(self.requests, self.overflowed, len(self.held), dict(self.needed), self.tokens,
-                             self.overflowed_tokens, self.declined, dict(self.class_in_flight), dict(self.class_ttft))
+                             self.overflowed_tokens, self.declined, dict(self.class_in_flight), dict(self.class_slo))
 
     def arrive(self, ready: list[ReplicaSlot], r: SimRequest, t: float) -> bool:
         """Route a new request; True when it is the first one held (the caller's cue to retry in a second)."""

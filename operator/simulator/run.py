@@ -104,7 +104,7 @@ def prepare(opts: Options):
     spec = simulated_spec(profile, ttft, tpot, opts.attainment, opts.target_concurrency,
                           opts.scale_to_zero_s, opts.overflow_max_waiting, opts.gpu_price_per_hour,
                           opts.api_price_in, opts.api_price_out, opts.overflow_share, opts.priority,
-                          class_specs(list(mix), ttft, opts.batch_max_replicas),
+                          class_specs(list(mix), ttft, tpot, opts.batch_max_replicas),
                           {"maxRequestsPerMinute": rpm} if rpm else None)
     ours, overflow = policies(spec)
     gateway = gateway_settings(spec)
@@ -163,8 +163,8 @@ def run_cli(opts: Options) -> str:
         rpm = cfg.tenants.default.max_requests_per_minute
         held = f"; each tenant held to {rpm} requests per minute, t{opts.tenants} sending " \
                f"{_pick(opts.abuse, ABUSE):g}x its share" if rpm else ""
-        lines.append(f"\nper class and tenant (attainment of the admitted requests, each against its class's TTFT SLO"
-                     f"{held}):")
+        lines.append("\nper class and tenant (attainment of the admitted requests, each against its class's TTFT and "
+                     f"TPOT SLOs{held}):")
         for r in results:
             lines += [f"\n{r.name}:", population_table(population(r))]
     if opts.png:

@@ -489,8 +489,8 @@ class SLOClassSpec(SpecModel):
     Retry-After. 0: refused at once when short. Unset: sent to the engines, which queue it (held in the gateway only
     while none is ready)."""
     max_replicas: int | None = Field(None, ge=0)
-    """The most replicas this class's demand alone scales the service to (unset: no cap); its TTFT attainment adds
-    no replica past it either. Its requests still use whatever capacity the other classes leave, and with
+    """The most replicas this class's demand alone scales the service to (unset: no cap); its SLO attainment (TTFT
+    and TPOT) adds no replica past it either. Its requests still use whatever capacity the other classes leave, and with
     engine.schedulingPolicy priority give way to them. Its demand is its requests in flight at the gateways."""
 
 

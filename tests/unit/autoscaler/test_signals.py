@@ -6,6 +6,8 @@ from floodway.operator.autoscaler.signals import (
     GW_NEEDED,
     GW_OVERFLOW,
     GW_REQUESTS,
+    ClassCounts,
+    GatewaySample,
     Scrape,
     observe,
     parse_engine,
@@ -188,29 +190,52 @@ def test_the_gateway_s_token_and_declined_counters_arrive_as_rates():
     assert (s.request_token_rate, s.overflow_token_rate, s.declined_rate) == (5000.0, 2000.0, 0.3)
 
 
-def test_the_gateway_s_class_gauge_and_ttft_counters_arrive_by_class():
+def test_the_gateway_s_class_gauge_and_slo_counters_arrive_by_class():
     # The gateway's own metrics (metrics.py), rendered and parsed: each class's requests in flight now, and its
-    # streamed answers within its TTFT SLO over the window, summed over the gateway's replicas.
+    # streamed answers within its TTFT and its TPOT SLO over the window, summed over the gateway's replicas.
     from floodway.operator.controller.scrape import _summed
     from floodway.operator.gateway.metrics import GatewayMetrics
     m = GatewayMetrics()
     m.class_ttft_measured.labels("batch").inc(4)
     m.class_ttft_met.labels("batch").inc(4)
+    m.class_tpot_measured.labels("batch").inc(3)
+    m.class_tpot_met.labels("batch").inc(1)
     old = Scrape(0.0, {}, parse_gateway(m.render().decode()))
     m.class_in_flight.labels("batch").inc(30)
     m.class_in_flight.labels("interactive").inc(2)
     m.class_ttft_measured.labels("interactive").inc(10)
     m.class_ttft_met.labels("interactive").inc(9)
+    m.class_tpot_measured.labels("interactive").inc(8)
+    m.class_tpot_met.labels("interactive").inc(6)
     m.class_ttft_measured.labels("batch").inc(6)
+    m.class_tpot_measured.labels("batch").inc(2)
     new = parse_gateway(m.render().decode())
+    assert new.class_slo == {"batch": ClassCounts((4, 10), (1, 5)), "interactive": ClassCounts((9, 10), (6, 8))}
     s = signals_between(old, Scrape(5.0, {}, new), 0.5, 0.05)
     assert s.class_in_flight == {"batch": 30, "interactive": 2}
-    assert s.class_ttft == {"batch": (0, 6), "interactive": (9, 10)}  # the window's: batch's 4 before are out
+    # The window's: batch's counts before are out.
+    assert s.class_slo == {"batch": ClassCounts((0, 6), (0, 2)), "interactive": ClassCounts((9, 10), (6, 8))}
+    assert s.class_slo["interactive"].attainment == pytest.approx(0.9 + 0.75 - 1)
     both = _summed([new, new])
     assert both.class_in_flight == {"batch": 60, "interactive": 4}
-    assert both.class_ttft == {"batch": (8, 20), "interactive": (18, 20)}
-    # A gateway restart (its counts went down) counts everything since.
+    assert both.class_slo == {"batch": ClassCounts((8, 20), (2, 10)), "interactive": ClassCounts((18, 20), (12, 16))}
+    # A gateway restart (its counts went down) counts everything since, TTFT and TPOT alike.
     fresh = GatewayMetrics()
     fresh.class_ttft_measured.labels("batch").inc(1)
+    fresh.class_tpot_measured.labels("batch").inc(1)
+    fresh.class_tpot_met.labels("batch").inc(1)
     again = signals_between(Scrape(5.0, {}, new), Scrape(10.0, {}, parse_gateway(fresh.render().decode())), 0.5, 0.05)
-    assert again.class_ttft == {"batch": (0, 1)}
+    assert again.class_slo == {"batch": ClassCounts((0, 1), (1, 1))}
+
+
+def test_a_class_s_tpot_counters_alone_arrive_and_reset_on_their_own():
+    # A class whose answers only ended in the window (their first tokens came before it): TPOT counts, no TTFT.
+    old = Scrape(0.0, {}, GatewaySample(class_slo={"c": ClassCounts((5, 5), (2, 4))}))
+    new = Scrape(5.0, {}, GatewaySample(class_slo={"c": ClassCounts((5, 5), (3, 6))}))
+    assert signals_between(old, new, 0.5, 0.05).class_slo == {"c": ClassCounts((0, 0), (1, 2))}
+    # One replica of two restarted since: the summed TPOT count went down and counts whole; TTFT's rose.
+    later = Scrape(10.0, {}, GatewaySample(class_slo={"c": ClassCounts((7, 8), (1, 3))}))
+    assert signals_between(new, later, 0.5, 0.05).class_slo == {"c": ClassCounts((2, 3), (1, 3))}
+    # A class new to this scrape: all of its counts are the window's.
+    assert signals_between(old, Scrape(5.0, {}, GatewaySample(class_slo={"d": ClassCounts((1, 1), (1, 1))})), 0.5,
+                           0.05).class_slo == {"d": ClassCounts((1, 1), (1, 1))}

@@ -12,7 +12,7 @@ from floodway.operator.simulator import compare
 from floodway.operator.simulator.config import SimConfig
 from floodway.operator.simulator.des import Scaler, simulate
 from floodway.operator.simulator.gateway import SimGateway
-from floodway.operator.simulator.population import class_shares, fair_tenant_rpm, tag_population
+from floodway.operator.simulator.population import class_shares, class_specs, fair_tenant_rpm, tag_population
 from floodway.operator.simulator.replica import Replica, ReplicaProfile, SimRequest
 from floodway.operator.simulator.report import met, population, population_table
 from floodway.operator.simulator.run import Options, prepare
@@ -184,4 +184,23 @@ def test_a_request_is_held_to_its_class_s_ttft_and_tpot_slos_else_the_service_s(
     r.klass = "bulk"
     assert met(cfg, r)
     r.first_token_s, r.finish_s = 0.6, 0.9
+    assert not met(cfg, r)
+
+
+def test_batch_is_held_to_ten_times_the_service_s_tpot_and_the_other_classes_to_the_service_s():
+    """Batch jobs only need throughput: an answer slowed past the service's TPOT (preempted, recomputed) still counts
+    as met within 10x; interactive and standard have no tpotMs of their own."""
+    specs = {c["name"]: c for c in class_specs(list(MIX), 0.5, 0.05)}
+    assert specs["batch"]["tpotMs"] == pytest.approx(500) and specs["batch"]["ttftMs"] == pytest.approx(60000)
+    assert "tpotMs" not in specs["interactive"] and "tpotMs" not in specs["standard"]
+    _, cfg, *_ = prepare(Options(trace="steps:rates=2,step_s=60", classes="interactive=0.3,standard=0.5,batch=0.2",
+                                 tpot_slo_s=0.1))
+    assert cfg.tpot_slo_of("batch") == pytest.approx(1.0)
+    assert cfg.tpot_slo_of("interactive") == cfg.tpot_slo_of("standard") == cfg.tpot_slo_of(None) == 0.1
+    r = SimRequest(0.0, 100, 11, klass="batch")
+    r.first_token_s, r.finish_s, r.where = 1.0, 1.0 + 10 * 0.6, "local"  # TPOT 600 ms: 6x the service's
+    assert met(cfg, r)
+    r.klass = "standard"
+    assert not met(cfg, r)
+    r.klass, r.finish_s = "batch", 1.0 + 10 * 1.2  # 12x: a starved answer misses
     assert not met(cfg, r)
