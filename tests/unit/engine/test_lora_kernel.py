@@ -68,7 +68,7 @@ def _layer(ranks: list[int], dtype: torch.dtype, device, n_in=100, outs=(40, 16,
     max_rank, slots = max(ranks), len(ranks)
     base = torch.nn.Linear(n_in, sum(outs), device=device, dtype=dtype)
     scale = torch.tensor([2.0 / max(r, 1) for r in ranks], device=device).view(slots, 1, 1)
-    lin = LoRALinear(base, StepState(), slots, n_in, len(outs) * max_rank, sum(outs), scale, device, dtype)
+    lin = LoRALinear(base, StepState(), slots, n_in, max_rank, tuple(outs), scale, device, dtype)
     for s, r in enumerate(ranks):
         big_a = torch.zeros(n_in, len(outs) * max_rank)
         big_b = torch.zeros(len(outs) * max_rank, sum(outs))

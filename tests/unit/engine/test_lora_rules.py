@@ -41,20 +41,22 @@ def test_plan_slices_every_run_when_they_are_few_against_the_slots_the_padded_bm
     assert batch.plan([9] * 20 + [5], run_rows=16).runs == [(9, 0, 20), (5, 20, 21)]
 
 
+@pytest.mark.parametrize("outs", [(6,), (3, 2, 1)])  # one linear; three fused parts (as q, k, v)
 @pytest.mark.parametrize("slots", [[2, -1, 0, 0, 2] + [1] * 5 + [-1],  # padded bmm beside a sliced run
                                    [2, -1, 2, 2]])  # every run sliced
-def test_plan_rows_compute_each_rows_own_delta(slots):
+def test_plan_rows_compute_each_rows_own_delta(slots, outs):
     """The padded bmm over slots and the sliced runs equal a per-row loop, whatever the mix (an oracle by
-    definition)."""
+    definition), B laid out block-diagonal by part as peft_format places it."""
     from floodway.engine.lora.layers import LoRALinear, StepState
 
     torch.manual_seed(0)
     base = torch.nn.Linear(8, 6)
     step = StepState()
     scale = torch.tensor([0.5, 2.0, 3.0]).view(3, 1, 1)
-    lin = LoRALinear(base, step, 3, 8, 4, 6, scale, "cpu", torch.float32)
+    lin = LoRALinear(base, step, 3, 8, 2, outs, scale, "cpu", torch.float32)
     lin.lora_a.normal_()
-    lin.lora_b.normal_()
+    for r0, r1, c0, c1 in lin.parts:  # each part's own block, zeros elsewhere
+        lin.lora_b[:, r0:r1, c0:c1].normal_()
     x = torch.randn(len(slots), 8)
     step.batch = batch.to_device(batch.plan(slots, run_rows=3), "cpu", scale)
     got = lin(x)
