@@ -15,7 +15,7 @@ as the gateway does. With tenants (SimConfig.tenants) a request is first admitte
 hold queue releases in arrival order (the gateway's fair share between tenants, fair_share.py, is not modelled).
 It keeps the counters the operator scrapes from a gateway (`sample`), those by class included: its requests in
 flight, and its answers' TTFT and TPOT (the mean time per output token after the first, for answers of two tokens or
-more, as report.met computes it) against the class's SLOs, both counted when the answer ends (the gateway counts
+more: SimRequest.tpot_s) against the class's SLOs, both counted when the answer ends (the gateway counts
 TTFT at the first token).
 """
 
@@ -86,10 +86,8 @@ class SimGateway:
             return
         self.class_in_flight[r.klass] -= 1
         if r.where in ("local", "overflow") and r.first_token_s is not None:
-            ttft_met = r.first_token_s - r.arrival_s <= self.cfg.ttft_slo_of(r.klass)
-            tpot_met = None
-            if r.output > 1 and r.finish_s is not None:
-                tpot_met = (r.finish_s - r.first_token_s) / (r.output - 1) <= self.cfg.tpot_slo_of(r.klass)
+            ttft_met = r.ttft_s <= self.cfg.ttft_slo_of(r.klass)
+            tpot_met = None if r.tpot_s is None else r.tpot_s <= self.cfg.tpot_slo_of(r.klass)
             self.class_slo[r.klass] = self.class_slo.get(r.klass, ClassCounts()) + ClassCounts.answer(ttft_met,
                                                                                                       tpot_met)
 

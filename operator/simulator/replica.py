@@ -110,6 +110,18 @@ class SimRequest:
         self.first_token_s = self.finish_s = None
         self.where = ""  # "local", "overflow", "rejected" (capacity) or "refused" (its tenant's limits)
 
+    @property
+    def ttft_s(self) -> float:
+        """Seconds from its arrival to its first token (once it has one)."""
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean seconds per output token after the first, once it finished (None: unfinished, or one token)."""
+        if self.finish_s is None or self.output <= 1:
+            return None
+        return (self.finish_s - self.first_token_s) / (self.output - 1)
+
 
 class Replica:
     """One engine: a waiting queue, chunked prefill, and a decode batch. Time only moves via advance_to()."""

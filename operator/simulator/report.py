@@ -34,8 +34,7 @@ def met(cfg: SimConfig, r: SimRequest) -> bool:
     """Whether a request was answered within its class's TTFT and TPOT SLOs (rejected and refused ones miss)."""
     if r.finish_s is None or r.where in ("rejected", "refused"):
         return False
-    tpot = (r.finish_s - r.first_token_s) / (r.output - 1) if r.output > 1 else 0.0
-    return r.first_token_s - r.arrival_s <= cfg.ttft_slo_of(r.klass) and tpot <= cfg.tpot_slo_of(r.klass)
+    return r.ttft_s <= cfg.ttft_slo_of(r.klass) and (r.tpot_s is None or r.tpot_s <= cfg.tpot_slo_of(r.klass))
 
 
 def summarize(res: SimResult) -> Summary:
@@ -52,7 +51,7 @@ def summarize(res: SimResult) -> Summary:
             overflow += 1
             over_prompt += r.prompt
             over_output += r.output
-        ttfts.append(r.first_token_s - r.arrival_s)
+        ttfts.append(r.ttft_s)
         hits += met(cfg, r)
     n = len(admitted)
     return Summary(res.name, n, hits / n, hits / max(res.duration_s, 1e-9), quantile(ttfts, 0.5),

@@ -33,9 +33,9 @@ class ReplicaSlot:
     hold_at: float = 0.0
 
     def observe(self, r: SimRequest) -> None:
-        observe(self.ttft, r.first_token_s - r.arrival_s)
-        if r.output > 1:
-            observe(self.tpot, (r.finish_s - r.first_token_s) / (r.output - 1))
+        observe(self.ttft, r.ttft_s)
+        if r.tpot_s is not None:
+            observe(self.tpot, r.tpot_s)
         self.finished += 1
 
     def sample(self) -> EngineSample:
