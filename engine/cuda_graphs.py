@@ -5,6 +5,11 @@ At startup the decode forward is captured once per batch size in `capture_sizes`
 keep no prompt logits is padded to the nearest captured size: its inputs are copied into the buffers and the graph
 is replayed. Padded rows compute token 0 at position 0, write their K/V into a scratch block that no sequence owns,
 and attend over no context (context length 0). Other steps run eagerly.
+
+With LoRA slots, each size is captured twice: without adapter rows (the LoRA layers add nothing), and with the
+Triton segment kernels over fixed buffers (each row's slot grouping and each slot's start, `lora_inputs`) and a
+grid sized for every row of every slot, whose programs past their slot's rows return at once. So a step serving
+adapters replays too; a base-model step does not launch the adapter kernels.
 """
 
 import bisect
@@ -59,6 +64,21 @@ def host_inputs(seqs: list[SeqInput], size: int, block_size: int, scratch_slot: 
     return HostInputs(tokens, ctx, tables)
 
 
+def lora_inputs(seqs: list[SeqInput], size: int, num_slots: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The segment kernels' inputs for a decode step, or None when no row uses an adapter (pure): rows of each slot
+    together (int32 [size], padding after them) and each slot's start (int32 [num_slots + 1])."""
+    from floodway.engine.kernels.lora_matmul import by_slot
+    from floodway.engine.lora import batch
+
+    p = batch.plan([s.lora_slot for s in seqs])
+    if p is None:
+        return None
+    grouped, starts = by_slot(p.runs, p.rows, p.dest, p.per_slot)
+    rows = np.zeros(size, np.int32)
+    rows[:len(grouped)] = grouped
+    return rows, np.array(starts + [starts[-1]] * (num_slots + 1 - len(starts)), np.int32)
+
+
 def sampling_rows(seqs: list[SeqInput]) -> list[int] | None:
     """The rows whose logits the step returns, or None when every row samples (pure)."""
     rows = [i for i, s in enumerate(seqs) if s.samples]
@@ -70,9 +90,10 @@ class DecodeGraphs:
     the same forward run eagerly over the same buffers (how the CPU tests check everything but the capture)."""
 
     def __init__(self, model, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], sizes: list[int],
-                 max_blocks_per_seq: int, block_size: int, scratch_block: int, capture: bool = True):
+                 max_blocks_per_seq: int, block_size: int, scratch_block: int, capture: bool = True, lora=None):
+        """lora: the model's LoRA `Slots`, if it has them."""
         dev = k_caches[0].device
-        self.model, self.k_caches, self.v_caches = model, k_caches, v_caches
+        self.model, self.k_caches, self.v_caches, self.lora = model, k_caches, v_caches, lora
         self.sizes, self.block_size = sizes, block_size
         self.scratch_slot = scratch_block * block_size
         n = sizes[-1]
@@ -81,22 +102,35 @@ class DecodeGraphs:
         self.context_lens = torch.zeros(n, dtype=torch.int32, device=dev)
         self.block_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.int32, device=dev)
         self.no_prefill = torch.zeros(1, dtype=torch.int32, device=dev)
-        self.steps: dict[int, Callable[[], torch.Tensor]] = {s: functools.partial(self._forward, s) for s in sizes}
+        modes = (False, True) if lora is not None else (False,)  # with adapter rows or without
+        self.steps: dict[tuple[int, bool], Callable[[], torch.Tensor]] = {
+            (s, a): functools.partial(self._forward, s, a) for s in sizes for a in modes}
+        if lora is not None:
+            from floodway.engine.kernels.lora_matmul import Segments
+            from floodway.engine.lora.batch import DeviceBatch
+
+            self.num_slots = lora.scale.shape[0]
+            self.lora_rows = torch.zeros(n, dtype=torch.int32, device=dev)
+            self.lora_starts = torch.zeros(self.num_slots + 1, dtype=torch.int32, device=dev)
+            self.lora_batches = {s: DeviceBatch([], None, None, None, 0, 0, Segments(
+                self.lora_rows[:s], self.lora_starts, self.num_slots, s)) for s in sizes}
         if capture:
             self._capture(dev)
 
     def _capture(self, dev: torch.device) -> None:
         pool = torch.cuda.graph_pool_handle()
-        for size in reversed(self.sizes):  # largest first: the smaller graphs reuse its memory
-            self._forward(size)  # warm-up outside capture: kernel compilation, allocator pools
+        for size, adapters in sorted(self.steps, reverse=True):  # largest first: the smaller reuse its memory
+            self._forward(size, adapters)  # warm-up outside capture: kernel compilation, allocator pools
             torch.cuda.synchronize(dev)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                logits = self._forward(size)
-            self.steps[size] = functools.partial(_replay, graph, logits)
+                logits = self._forward(size, adapters)
+            self.steps[size, adapters] = functools.partial(_replay, graph, logits)
         torch.cuda.synchronize(dev)
 
-    def _forward(self, size: int) -> torch.Tensor:
+    def _forward(self, size: int, adapters: bool) -> torch.Tensor:
+        if self.lora is not None:  # what the LoRA layers add is fixed here, at capture
+            self.lora.step.batch = self.lora_batches[size] if adapters else None
         none = self.no_prefill  # query_start [0] of no chunks; empty tables and lengths
         kernel = KernelInputs(size, self.block_tables[:size], self.context_lens[:size], none[:0].view(0, 0), none,
                               none[:0])
@@ -115,7 +149,11 @@ class DecodeGraphs:
         self.tokens[:, :size].copy_(torch.from_numpy(h.tokens))
         self.context_lens[:size].copy_(torch.from_numpy(h.context_lens))
         self.block_tables[:size, :h.block_tables.shape[1]].copy_(torch.from_numpy(h.block_tables))
-        logits = self.steps[size]()
+        segments = lora_inputs(seqs, size, self.num_slots) if self.lora is not None else None
+        if segments is not None:
+            self.lora_rows[:size].copy_(torch.from_numpy(segments[0]))
+            self.lora_starts.copy_(torch.from_numpy(segments[1]))
+        logits = self.steps[size, segments is not None]()
         rows = sampling_rows(seqs)
         # A copy: the graph's output buffer is overwritten by the next replay.
         return logits[:len(seqs)].clone() if rows is None else logits[rows]

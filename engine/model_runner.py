@@ -83,7 +83,8 @@ class ModelRunner:
             with torch.inference_mode():
                 self.graphs = cuda_graphs.DecodeGraphs(
                     self.model, self.k_caches, self.v_caches, cuda_graphs.capture_sizes(cfg.max_num_seqs),
-                    -(-self.max_model_len // cfg.block_size), cfg.block_size, scratch_block=self.num_blocks)
+                    -(-self.max_model_len // cfg.block_size), cfg.block_size, scratch_block=self.num_blocks,
+                    lora=self.lora)
 
     @torch.inference_mode()
     def execute(self, seqs: list[SeqInput], copies: list[tuple[int, int]] = ()) -> torch.Tensor:
@@ -93,9 +94,7 @@ class ModelRunner:
             src, dst = (torch.tensor(ids, device=self.device) for ids in zip(*copies, strict=True))
             for cache in (*self.k_caches, *self.v_caches):
                 cache.index_copy_(0, dst, cache.index_select(0, src))
-        # A captured step has no adapter rows: steps with some run eagerly.
-        eager = self.graphs is None or any(s.lora_slot >= 0 for s in seqs)
-        logits = None if eager else self.graphs.run(seqs)
+        logits = None if self.graphs is None else self.graphs.run(seqs)
         return logits if logits is not None else self.forward_eager(seqs)
 
     @torch.inference_mode()

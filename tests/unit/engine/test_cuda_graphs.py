@@ -71,20 +71,7 @@ def test_decode_graphs_equal_the_eager_forward(tiny_model_path, dtype):
     """Sequences are prefilled eagerly, then each decode step runs both ways on the same inputs (the K/V it writes
     are the same values): batches of 1, 3 (padded to 4) and 5 (padded to 8), one row not sampling. On CUDA the
     engine's own captured graphs replay; in the interpreter the same buffers run uncaptured."""
-    from floodway.engine.config import EngineConfig
-    from floodway.engine.cuda_graphs import DecodeGraphs
-    from floodway.engine.model_runner import ModelRunner
-
-    runner = ModelRunner(EngineConfig(model=tiny_model_path, device="cuda" if CUDA else "cpu", dtype=dtype,
-                                      max_model_len=256, num_kv_blocks=64, max_num_seqs=8, enforce_eager=not CUDA))
-    if CUDA:
-        graphs = runner.graphs
-        assert graphs is not None and graphs.sizes == [1, 2, 4, 8]
-    else:  # a 65th block for the padded rows, as the engine allocates on CUDA
-        runner.k_caches, runner.v_caches = ([torch.cat([c, c[:1]]) for c in caches]
-                                            for caches in (runner.k_caches, runner.v_caches))
-        graphs = DecodeGraphs(runner.model, runner.k_caches, runner.v_caches, [1, 2, 4, 8], 16, 16, 64,
-                              capture=False)
+    runner, graphs = _runner_and_graphs(tiny_model_path, dtype)
     gen = torch.Generator().manual_seed(0)
     lengths = [5, 16, 17, 33, 40]  # within a block, at block boundaries, across several blocks
     tables = [list(range(i * 12, i * 12 + 4)) for i in range(len(lengths))]
@@ -101,3 +88,60 @@ def test_decode_graphs_equal_the_eager_forward(tiny_model_path, dtype):
         if dtype == "float32":  # in bf16 a near tie may round either way (the graph's split-K sums differently)
             assert torch.equal(graph.argmax(-1), eager.argmax(-1))
     assert graphs.run([SeqInput([1, 2], 40, tables[-1], True)]) is None  # a chunk runs eagerly
+
+
+def _runner_and_graphs(model: str, dtype: str, **lora):
+    """The engine's runner and its decode graphs: captured on CUDA, uncaptured over the same buffers elsewhere."""
+    from floodway.engine.config import EngineConfig
+    from floodway.engine.cuda_graphs import DecodeGraphs
+    from floodway.engine.model_runner import ModelRunner
+
+    runner = ModelRunner(EngineConfig(model=model, device="cuda" if CUDA else "cpu", dtype=dtype, max_model_len=256,
+                                      num_kv_blocks=64, max_num_seqs=8, enforce_eager=not CUDA, **lora))
+    if CUDA:
+        assert runner.graphs is not None and runner.graphs.sizes == [1, 2, 4, 8]
+        return runner, runner.graphs
+    # a 65th block for the padded rows, as the engine allocates on CUDA
+    runner.k_caches, runner.v_caches = ([torch.cat([c, c[:1]]) for c in caches]
+                                        for caches in (runner.k_caches, runner.v_caches))
+    return runner, DecodeGraphs(runner.model, runner.k_caches, runner.v_caches, [1, 2, 4, 8], 16, 16, 64,
+                                capture=False, lora=runner.lora)
+
+
+def test_lora_inputs_group_rows_by_slot_and_pad():
+    from floodway.engine.cuda_graphs import lora_inputs
+
+    seqs = [SeqInput([7], 3, [0], True, lora_slot=s) for s in (2, -1, 0, 2, 0)]
+    rows, starts = lora_inputs(seqs, 8, num_slots=4)
+    assert rows.tolist() == [2, 4, 0, 3, 0, 0, 0, 0] and starts.tolist() == [0, 2, 2, 4, 4]
+    assert lora_inputs(seqs[1:2], 1, num_slots=4) is None  # base-model rows only: the graph without adapters
+
+
+@pytest.mark.skipif(not (CUDA or INTERPRETED), reason="needs a CUDA device (or runs in the interpreter's child)")
+def test_decode_graphs_with_adapters_equal_the_eager_forward(tiny_model_path, tmp_path):
+    """A LoRA engine's decode steps replay too: rows of two adapters of different ranks beside base-model rows give
+    the eager forward's logits (on the CPU its gathered bmm, here against the segment kernels over the graph's fixed
+    buffers), and the adapters change them; a step of base-model rows alone gives the base model's logits."""
+    from floodway.engine.bench.lora import write_adapter
+    from floodway.engine.lora import peft_format
+
+    runner, graphs = _runner_and_graphs(tiny_model_path, "float32", enable_lora=True, max_loras=3, max_lora_rank=8)
+    slots = runner.lora
+    for slot, rank in ((0, 8), (2, 3)):  # slot 1 stays empty: no rows, zero weights
+        path = write_adapter(tmp_path / str(slot), slots.geometry, rank, seed=rank)
+        slots.load(slot, peft_format.load(path, slots.geometry, 8, torch.float32))
+    gen = torch.Generator().manual_seed(0)
+    lengths, lora = [5, 17, 33, 40, 9], [0, -1, 2, 0, 2]
+    tables = [list(range(i * 12, i * 12 + 4)) for i in range(len(lengths))]
+    prompts = [torch.randint(4, 4000, (n,), generator=gen).tolist() for n in lengths]
+    runner.execute([SeqInput(p, 0, t, True, lora_slot=s) for p, t, s in zip(prompts, tables, lora, strict=True)])
+    step = [SeqInput([100 + i], n, t, True, lora_slot=s)
+            for i, (n, t, s) in enumerate(zip(lengths, tables, lora, strict=True))]
+    eager = runner.forward_eager(step)
+    graph = graphs.run(step)
+    torch.testing.assert_close(graph, eager, atol=1e-4, rtol=1e-4)
+    base = [SeqInput(q.token_ids, q.start_pos, q.block_table, True) for q in step]
+    without = runner.forward_eager(base)
+    assert (graph - without).abs().amax(-1)[[0, 2, 3, 4]].min() > 1e-2  # each adapter row moved
+    torch.testing.assert_close(graph[1], without[1], atol=1e-4, rtol=1e-4)  # the base row did not
+    torch.testing.assert_close(graphs.run(base), without, atol=1e-4, rtol=1e-4)
