@@ -41,6 +41,7 @@ class Request:
     # Speculation: the draft tokens the coming step verifies after the last token, and the sequence's record.
     spec_token_ids: list[int] = field(default_factory=list)
     spec_acceptance: Acceptance = field(default_factory=Acceptance)
+    spec_expected: float = 0.0  # drafts of spec_token_ids its acceptance rate expected to be kept
     draft_computed: int = 0  # leading tokens whose KV the draft model (if any) holds
     lora: Any = None  # the LoRA adapter it runs with (lora.registry.Adapter), None for the base model
     priority: int = 0  # lower is served first under the priority scheduling policy (engine/scheduling_policy.py)

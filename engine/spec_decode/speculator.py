@@ -34,16 +34,22 @@ class Speculator:
         self.counters = SpecCounters(accepted_per_pos=[0] * cfg.num_speculative_tokens)
         self.cost = StepCost()
         self.overall = policy.Acceptance()  # all sequences': the prior of a sequence without a record
-        self._decode_steps = 0
+        self.calibration = policy.Calibration()
+        self._since_probe = 0  # decode steps since the last probe
+        self._probe_every = policy.PROBE_EVERY
         self._drafting = True  # whether the last step the policy chose verified any draft
 
     def propose(self, reqs: list[Request]) -> None:
         """Sets each decoding sequence's spec_token_ids for the coming step, whose time runs from here (a draft
         model's forwards are part of it)."""
         self._started = self._clock()
-        self._decode_steps += 1
+        self._since_probe += 1
         # A probe step does what the policy has not chosen lately, so that the step cost's fit keeps timing both.
-        probe = self._decode_steps % policy.PROBE_EVERY == 0
+        probe = self._since_probe >= self._probe_every
+        if probe:
+            self._since_probe = 0
+            if not self._drafting:  # off since the last probe: the next one comes twice as late
+                self._probe_every = min(2 * self._probe_every, policy.MAX_PROBE_EVERY)
         if probe and self._drafting:
             for r in reqs:
                 r.spec_token_ids = []
@@ -55,19 +61,23 @@ class Speculator:
                          for r, k in zip(reqs, caps, strict=True)]
             caps = [len(a) for a in available]
         prior = self.overall.rate()
-        ks = policy.choose_num_drafts([r.spec_acceptance.rate(prior) for r in reqs], caps,
-                                      self.cost.decode_s(len(reqs)), self.cost.s_per_draft)
+        rates = [r.spec_acceptance.rate(prior) for r in reqs]
+        ks = policy.choose_num_drafts(rates, caps, self.cost.decode_s(len(reqs)), self.cost.verify_s(),
+                                      self.calibration.ratio)
         if probe:
             ks = caps
         else:
             self._drafting = any(ks)
+            if self._drafting:
+                self._probe_every = policy.PROBE_EVERY
         if self.draft is not None:  # the draft model's steps cost: only the drafts chosen are generated
             available = self.draft.propose(reqs, ks, self.kv)
-        for r, drafts, k in zip(reqs, available, ks, strict=True):
+        for r, drafts, k, rate in zip(reqs, available, ks, rates, strict=True):
             drafts = drafts[:k]
             if drafts and r.grammar is not None:
                 drafts = drafts[:valid_prefix(r.grammar, drafts)]
             r.spec_token_ids = drafts
+            r.spec_expected = policy.expected_accepted(rate, len(drafts))
 
     def _cap(self, req: Request) -> int:
         """The most drafts a sequence may verify now."""
@@ -85,6 +95,7 @@ class Speculator:
             self.draft.settle(req)
         req.spec_acceptance.update(num_drafts, num_accepted)
         self.overall.update(num_drafts, num_accepted)
+        self.calibration.update(req.spec_expected, num_accepted)
         c = self.counters
         c.num_drafts += 1
         c.num_draft_tokens += num_drafts

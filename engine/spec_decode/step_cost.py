@@ -1,11 +1,16 @@
-"""What a decode step costs, as the speculation policy prices it: seconds = fixed + per_seq x b + per_draft x d for
-a step that decodes b sequences and verifies d drafts in all, fitted by exponentially weighted least squares over
-the engine's own decode-only steps.
+"""What a decode step costs, as the speculation policy prices it: seconds = fixed + per_seq x b + per_draft x d +
+verify x (d > 0) for a step that decodes b sequences and verifies d drafts in all, fitted by exponentially weighted
+least squares over the engine's own decode-only steps.
 
 One fit across batch sizes, because a draft's worth depends on the step it joins: at one sequence the step is
 nearly all reading the weights and a verify row is cheap beside it; at large batches (on CPU above all) the rows
 dominate, a draft costs about what a whole sequence's decode does, and only near-certain drafts pay. A single
 average of the plain step, taken at whatever batch the engine last ran, priced drafts at a small batch's rates.
+
+`verify` is what a step pays for verifying at all, whatever the drafts: the verify path's own work, and on CUDA the
+eager forward in place of a replayed graph (a step with several query tokens per sequence has none). Without it the
+fit spread that cost over the drafts and underpriced the steps that verify few (on a seeded model on CPU, verify
+steps took 10% longer than it predicted).
 """
 
 from dataclasses import dataclass, field
@@ -18,32 +23,37 @@ MIN_WEIGHT = 0.5  # decayed steps of each kind (plain, verifying) the fit needs 
 
 @dataclass
 class StepCost:
-    _xtx: np.ndarray = field(default_factory=lambda: np.zeros((3, 3)))
-    _xty: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    _xtx: np.ndarray = field(default_factory=lambda: np.zeros((4, 4)))
+    _xty: np.ndarray = field(default_factory=lambda: np.zeros(4))
     _plain: float = 0.0  # decayed count of steps without drafts
     _verifying: float = 0.0  # and with
+    _coef: np.ndarray | None = None  # the fit of the steps so far (None: not solved since the last)
 
     def observe(self, num_decodes: int, num_drafts: int, seconds: float) -> None:
-        x = np.array([1.0, num_decodes, num_drafts])
+        x = np.array([1.0, num_decodes, num_drafts, num_drafts > 0])
         self._xtx = FORGET * self._xtx + np.outer(x, x)
         self._xty = FORGET * self._xty + seconds * x
         self._plain = FORGET * self._plain + (num_drafts == 0)
         self._verifying = FORGET * self._verifying + (num_drafts > 0)
+        self._coef = None
 
-    def _coef(self) -> np.ndarray:
+    def _fit(self) -> np.ndarray:
         # Least norm where a column never varied (one batch size so far): the prediction at what was seen holds.
-        return np.linalg.lstsq(self._xtx, self._xty, rcond=None)[0]
+        if self._coef is None:
+            self._coef = np.linalg.lstsq(self._xtx, self._xty, rcond=None)[0]
+        return self._coef
 
     def decode_s(self, num_decodes: int) -> float | None:
         """A plain step's predicted seconds at this batch; None before a plain step was timed."""
         if self._plain < MIN_WEIGHT:
             return None
-        fixed, per_seq, _ = self._coef()
+        fixed, per_seq, _, _ = self._fit()
         return max(float(fixed + per_seq * num_decodes), 0.0)
 
-    @property
-    def s_per_draft(self) -> float | None:
-        """A verified draft's seconds; None until steps with and without drafts were timed."""
+    def verify_s(self) -> tuple[float, float] | None:
+        """(seconds a step adds by verifying at all, and per verified draft); None until steps with and without
+        drafts were timed."""
         if self._plain < MIN_WEIGHT or self._verifying < MIN_WEIGHT:
             return None
-        return max(float(self._coef()[2]), 0.0)
+        _, _, per_draft, verify = self._fit()
+        return max(float(verify), 0.0), max(float(per_draft), 0.0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from floodway.engine.spec_decode import config as spec_config
 from floodway.engine.spec_decode.ngram import propose
-from floodway.engine.spec_decode.policy import Acceptance, choose_num_drafts
+from floodway.engine.spec_decode.policy import Acceptance, Calibration, choose_num_drafts, expected_accepted
 from floodway.engine.spec_decode.step_cost import StepCost
 from floodway.engine.spec_decode.verify import verify
 
@@ -57,14 +57,34 @@ def test_policy_drafts_where_they_pay_and_none_at_large_batch():
     assert choose_num_drafts([0.9], [4], None, None) == [0]
     assert choose_num_drafts([0.9, 0.1], [4, 2], 0.02, None) == [4, 2]
     # One sequence, cheap verify rows: likely drafts pay, unlikely ones do not.
-    assert choose_num_drafts([0.9], [4], 0.020, 0.002) == [4]
-    assert choose_num_drafts([0.05], [4], 0.020, 0.002) == [0]
+    assert choose_num_drafts([0.9], [4], 0.020, (0.0, 0.002)) == [4]
+    assert choose_num_drafts([0.05], [4], 0.020, (0.0, 0.002)) == [0]
     # Likelier drafts first: the good sequence gets more of them than the poor one.
-    ks = choose_num_drafts([0.9, 0.5], [4, 4], 0.020, 0.002)
+    ks = choose_num_drafts([0.9, 0.5], [4, 4], 0.020, (0.0, 0.002))
     assert ks[0] == 4 and 0 < ks[1] < 4
     # 32 sequences share the step's fixed part: verifying costs more than even likely drafts bring.
-    assert choose_num_drafts([0.8] * 32, [4] * 32, 0.100, 0.004) == [0] * 32
-    assert choose_num_drafts([0.9], [0], 0.02, 0.002) == [0]
+    assert choose_num_drafts([0.8] * 32, [4] * 32, 0.100, (0.0, 0.004)) == [0] * 32
+    assert choose_num_drafts([0.9], [0], 0.02, (0.0, 0.002)) == [0]
+
+
+def test_a_fixed_verify_cost_is_paid_for_by_enough_drafts_or_none():
+    # Verifying at all costs as much as the plain step: one likely draft does not pay for it, four do.
+    assert choose_num_drafts([0.9], [1], 0.020, (0.020, 0.002)) == [0]
+    assert choose_num_drafts([0.9], [4], 0.020, (0.020, 0.002)) == [4]
+
+
+def test_calibration_scales_the_gains_by_the_drafts_kept_over_those_expected():
+    assert choose_num_drafts([0.9], [1], 0.020, (0.0, 0.015)) == [1]  # 1.9 tokens in 35 ms beat 1 in 20
+    assert choose_num_drafts([0.9], [1], 0.020, (0.0, 0.015), calibration=0.5) == [0]  # 1.45 do not
+    c = Calibration()
+    assert c.ratio == 1.0
+    for _ in range(500):
+        c.update(expected=2.0, accepted=1)
+    assert c.ratio == pytest.approx(0.5, abs=0.01)
+    for _ in range(500):
+        c.update(expected=1.0, accepted=3)
+    assert c.ratio == 1.0  # never above: a draft gives at most one token
+    assert expected_accepted(0.5, 3) == pytest.approx(0.5 + 0.25 + 0.125)
 
 
 def test_acceptance_rate_starts_at_the_prior_and_follows_the_record():
@@ -111,23 +131,25 @@ def test_greedy_verify_keeps_the_agreeing_prefix_then_the_targets_token():
 
 
 def test_step_cost_fit_prices_drafts_per_batch_and_turns_speculation_off_where_rows_dominate():
-    # A CPU-like step: 20 ms of weights, 6 ms per row (decode or draft): rows dominate past a few sequences.
+    # A CPU-like step: 20 ms of weights, 6 ms per row (decode or draft), 10 ms for verifying at all: rows dominate
+    # past a few sequences.
     cost = StepCost()
-    assert cost.decode_s(1) is None and cost.s_per_draft is None
+    assert cost.decode_s(1) is None and cost.verify_s() is None
     for step in range(200):
         b, d = 1 + step % 32, (step % 3) * (step % 5)
-        cost.observe(b, d, 0.020 + 0.006 * b + 0.006 * d)
+        cost.observe(b, d, 0.020 + 0.006 * b + 0.006 * d + 0.010 * (d > 0))
     assert cost.decode_s(1) == pytest.approx(0.026) and cost.decode_s(32) == pytest.approx(0.212)
-    assert cost.s_per_draft == pytest.approx(0.006)
-    rates = 0.8
-    assert choose_num_drafts([rates], [4], cost.decode_s(1), cost.s_per_draft)[0] >= 2
-    assert choose_num_drafts([rates] * 32, [4] * 32, cost.decode_s(32), cost.s_per_draft) == [0] * 32
+    assert cost.verify_s() == pytest.approx((0.010, 0.006))
+    rates = 0.9
+    assert choose_num_drafts([rates], [4], cost.decode_s(1), cost.verify_s())[0] >= 2
+    assert choose_num_drafts([rates] * 32, [4] * 32, cost.decode_s(32), cost.verify_s()) == [0] * 32
 
 
 def test_step_cost_needs_steps_with_and_without_drafts():
     cost = StepCost()
     for _ in range(10):
         cost.observe(4, 0, 0.05)
-    assert cost.decode_s(4) == pytest.approx(0.05) and cost.s_per_draft is None
+    assert cost.decode_s(4) == pytest.approx(0.05) and cost.verify_s() is None
     cost.observe(4, 8, 0.09)
-    assert cost.s_per_draft == pytest.approx(0.005)
+    fixed, per_draft = cost.verify_s()
+    assert cost.decode_s(4) + fixed + 8 * per_draft == pytest.approx(0.09)
