@@ -267,7 +267,8 @@ def test_a_chat_stream_queued_on_an_engine_that_dies_is_retried_elsewhere(engine
         victim.kill()
     events = results["events"]
     assert results["status"] == 200 and results["backend"] == survivor.url, results
-    assert events[-1] == "[DONE]" and "error" not in "".join(events), events[-3:]
+    # No error event (an "error" key); the random model may well say "error" in its text.
+    assert events[-1] == "[DONE]" and not any("error" in json.loads(e) for e in events[:-1]), events[-3:]
     validate_reply(gw.url + "/v1/chat/completions", 200, results["text"])
     deltas = [json.loads(e)["choices"][0]["delta"] for e in events[:-1] if json.loads(e)["choices"]]
     assert deltas[0]["role"] == "assistant" and "".join(d.get("content") or "" for d in deltas)
