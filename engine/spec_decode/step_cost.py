@@ -10,7 +10,7 @@ average of the plain step, taken at whatever batch the engine last ran, priced d
 `verify` is what a step pays for verifying at all, whatever the drafts: the verify path's own work, and on CUDA the
 eager forward in place of a replayed graph (a step with several query tokens per sequence has none). Without it the
 fit spread that cost over the drafts and underpriced the steps that verify few (on a seeded model on CPU, verify
-steps took 10% longer than it predicted).
+steps took 3-10% longer than it predicted in two runs).
 """
 
 from dataclasses import dataclass, field
