@@ -53,6 +53,7 @@ from floodway.operator.autoscaler.budget import (
     spend,
 )
 from floodway.operator.autoscaler.classes import below_target, measured, short_class, weighed_demand
+from floodway.operator.autoscaler.history import DAY_S
 from floodway.operator.autoscaler.signals import Signals
 from floodway.operator.gateway.overflow_budget import SHARE_WINDOW_S
 
@@ -85,6 +86,7 @@ class AutoscalerPolicy:
     decode_sequences: float  # sequences a replica decodes within the TPOT SLO (0: unknown)
     overflow_share: float  # share of requests it may leave to the overflow API (0: pay all back)
     priority: str  # "slo" or "budget": with budget the gateway caps overflow at overflow_share
+    forecast_lead_seconds: float  # how far ahead the history's expectation is read (0: no forecast)
     class_caps: tuple[tuple[str, int], ...] = ()  # (class, its maxReplicas) for the spec's classes with a cap
     # The policy's own settings.
     scale_up_tolerance: float = 0.1  # requests in flight may exceed the target by this share before a replica is added
@@ -92,6 +94,7 @@ class AutoscalerPolicy:
     overflow_budget_window_s: float = SHARE_WINDOW_S  # horizon of the spent-share estimate (the gateway's too)
     prefill_target: float = 0.5  # share of the prefill rate a replica is sized to carry (TTFT headroom for bursts)
     token_stabilization_s: float = 900.0  # scale-down waits until this long's peak token demand fits
+    day_s: float = DAY_S  # a day of the history the forecast reads (the simulator's days are compressed)
 
     def __post_init__(self):
         problems = []
@@ -99,7 +102,8 @@ class AutoscalerPolicy:
             problems.append(f"need 0 <= replicas_min <= replicas_max and replicas_max >= 1 "
                             f"(got {self.replicas_min}, {self.replicas_max})")
         for name in ("interval_seconds", "target_concurrency", "kv_cache_target", "panic_threshold",
-                     "scale_down_utilization", "assumed_request_s", "prefill_target", "token_stabilization_s"):
+                     "scale_down_utilization", "assumed_request_s", "prefill_target", "token_stabilization_s",
+                     "day_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0")
         if self.scale_up_tolerance < 0:
@@ -112,8 +116,8 @@ class AutoscalerPolicy:
             problems.append("prefill_tokens_per_second and decode_sequences must be >= 0")
         if self.slo_ttft_ms < 0:
             problems.append("slo_ttft_ms must be >= 0")
-        if self.slo_noise_z < 0:
-            problems.append("slo_noise_z must be >= 0")
+        if self.slo_noise_z < 0 or self.forecast_lead_seconds < 0:
+            problems.append("slo_noise_z and forecast_lead_seconds must be >= 0")
         if self.overflow_budget_window_s <= 0:
             problems.append("overflow_budget_window_s must be > 0")
         if not 0 < self.slo_attainment <= 1:
@@ -145,6 +149,8 @@ class ScalerState:
     kv: tuple[tuple[float, float], ...] = ()  # (time, KV usage summed over the ready replicas)
     needed: tuple[tuple[float, Mapping[float, float]], ...] = ()  # (time, Signals.replicas_needed) for scale-down
     spent: OverflowSpend = OverflowSpend()  # the overflow share spent
+    foreseen: tuple[tuple[float, float], ...] = ()  # (time, replicas the history's expectation needs) for scale-down
+    served: tuple[tuple[float, tuple[float, float]], ...] = ()  # (time, (requests running, finished/s)): service time
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,21 @@ def token_demand(prompts, p: "AutoscalerPolicy") -> float:
     slack_s = math.floor(p.slo_ttft_ms / 1000.0 / p.interval_seconds) * p.interval_seconds
     share = 1.0 if slack_s else p.prefill_target
     return prefill_rate_needed(prompts, slack_s) / (p.prefill_tokens_per_second * share) * p.per_replica
+
+
+def foreseen(signals: Signals, p: "AutoscalerPolicy", allow: float, served: list[tuple[float, float]]) -> int:
+    """Replicas for the traffic the service's history expects within the next cold start (forecast.py), sized as
+    demand is: its requests (Little's law, at the service time of `served`: (requests running, finished/s) per tick
+    of the stabilization window, as one tick's ratio swings 10x on a quiet service) less the `allow`ed overflow share,
+    and, without an overflow budget, its prompt tokens at `prefill_target` of a replica's prefill rate; 0 with no
+    expectation."""
+    running, finished = sum(r for r, _ in served), sum(f for _, f in served)
+    service_s = running / finished if finished > 0 and running > 0 else p.assumed_request_s
+    held = signals.expected_arrival_rate * service_s * (1 - allow)
+    if p.prefill_tokens_per_second and not p.overflow_share:
+        held = max(held, signals.expected_prompt_token_rate / (p.prefill_tokens_per_second * p.prefill_target)
+                   * p.per_replica)
+    return math.ceil(held / p.per_replica)
 
 
 def demand_of(signals: Signals, p: "AutoscalerPolicy", tokens: float) -> float:
@@ -290,6 +311,14 @@ def decide(state: ScalerState, signals: Signals, policy: AutoscalerPolicy, now: 
         reason += f" (overflow allowed {allow:.1%} of requests)"
     if kv_need > math.ceil(avg / p.per_replica):
         reason = f"KV usage {kv_level:.2f} / target {p.kv_cache_target:g} per replica"
+    served = remember(state.served, now, (signals.total_running, signals.finished_rate),
+                      p.scale_down_stabilization_seconds)
+    prewarm = foreseen(signals, p, allow, [v for _, v in served])
+    st = replace(st, served=served,
+                 foreseen=remember(state.foreseen, now, prewarm, p.scale_down_stabilization_seconds))
+    if prewarm > want:
+        want, reason = prewarm, f"history expects {signals.expected_arrival_rate:.2f} req/s within " \
+                                f"{p.forecast_lead_seconds:g} s"
     # With an overflow budget the gateway absorbs engine queues by overflowing: a shortage is requests held
     # or overflowed (or kept from it) beyond the allowed share, not a transient queue on the engines.
     excess = excess_overflow_rate(signals, allow)
@@ -376,6 +405,11 @@ def _scale_down(st: ScalerState, signals: Signals, p: AutoscalerPolicy, now: flo
     back = math.ceil(sizing_avg / (p.per_replica * (1 + p.scale_up_tolerance)))
     if back > fits:
         fits, what = back, f"sizing {sizing_avg:.1f} over {p.scale_up_window_seconds:g} s"
+    # A recurring peak within a cold start keeps its pool: what the history expected over the stabilization window,
+    # or the count flaps as the expectation moves.
+    prewarm = max(window(st.foreseen, now, p.scale_down_stabilization_seconds))
+    if prewarm > fits:
+        fits, what = prewarm, f"the history's expectation over {p.scale_down_stabilization_seconds:g} s"
     new = max(fits, cur - p.max_scale_down_step, floor)
     if new >= cur:
         return scaled(st, now, cur, f"{what} needs {fits} replicas")

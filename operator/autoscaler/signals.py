@@ -104,6 +104,10 @@ class Signals:
     # TPOT counts over the window.
     class_in_flight: Mapping[str, float] = field(default_factory=dict)
     class_slo: Mapping[str, ClassCounts] = field(default_factory=dict)
+    # What the service's history expects within the next cold start (forecast.py), requests/s and prompt tokens/s;
+    # 0: no expectation.
+    expected_arrival_rate: float = 0.0
+    expected_prompt_token_rate: float = 0.0
 
     @property
     def total_running(self) -> float:

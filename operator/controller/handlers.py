@@ -7,6 +7,13 @@ import time
 
 import kopf
 from floodway.operator.controller.conditions import transition_events
+from floodway.operator.controller.history_store import (
+    due,
+    history_configmap,
+    history_conflict,
+    history_name,
+    saved_history,
+)
 from floodway.operator.controller.kube import KubeError, own_namespace
 from floodway.operator.controller.loop import first_state, step, tick_status
 from floodway.operator.controller.ownership import conflict
@@ -52,11 +59,15 @@ def reconcile(body, spec, name, namespace, uid, meta, patch, memo, **_):
         raise kopf.PermanentError(str(err)) from None
     owner = Owner(name, namespace, uid)
     kube = memo.kube
+    # The saved traffic history, looked at each time as the rendered objects are: one not ours is left alone.
+    saved = kube.get("v1", "ConfigMap", namespace, history_name(owner))
+    taken = history_conflict(saved, owner)
     if memo.get("loop") is None:
         current = kube.get("apps/v1", "Deployment", namespace, engine_name(owner))
-        memo.loop = first_state(current["spec"].get("replicas") if current else None, parsed)
+        memo.loop = first_state(current["spec"].get("replicas") if current else None, parsed,
+                                None if taken else saved_history(saved))
     objs = render(parsed, owner, memo.images, memo.loop.scaler.replicas, OPERATOR_NAMESPACE)
-    conflicts, foreign = [], set()
+    conflicts, foreign = ([taken], {("ConfigMap", history_name(owner))}) if taken else ([], set())
     try:
         for obj in objs:
             m = obj["metadata"]
@@ -110,7 +121,8 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
     s = step(parsed, memo.loop, scrape(urls, gateway_urls, found.starting, wall, runtime=parsed.engine.runtime),
              wall)
     wanted = s.decision.replicas
-    ours = ("Deployment", engine_name(owner)) not in memo.get("foreign", set())
+    foreign = memo.get("foreign", set())
+    ours = ("Deployment", engine_name(owner)) not in foreign
     if ours and (s.moved or (deployment and deployment["spec"].get("replicas") != wanted)):
         try:
             kube.apply(engine_deployment(parsed, owner, memo.images, wanted))
@@ -121,6 +133,14 @@ def autoscale(body, spec, name, namespace, uid, meta, patch, memo, **_):
             kopf.event(body, type="Normal", reason="ScaledUp" if wanted > s.before else "ScaledDown",
                        message=f"{s.before} -> {wanted}: {s.decision.reason}")
     memo.loop = s.state
+    # With a forecast, the history this tick added to is saved once a minute, so a restart goes on with it.
+    keeps = parsed.autoscaling.forecast_lead_seconds and ("ConfigMap", history_name(owner)) not in foreign
+    if keeps and due(memo.get("history_saved"), wall, s.state.history.bucket_s):
+        memo.history_saved = wall  # the next try is next minute, saved or not: a failing API server is not hammered
+        try:
+            kube.apply(history_configmap(owner, s.state.history))
+        except KubeError as err:
+            log.warning("%s/%s: cannot save the traffic history, retrying next minute: %s", namespace, name, err)
     dstatus = (deployment or {}).get("status") or {}
     ref = parsed.overflow.api_key_secret_ref
     fit_level, fit_message = memo.get("fit", (None, ""))

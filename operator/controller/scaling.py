@@ -4,6 +4,8 @@ policy, signals from two scrapes, and the autoscaler's decide()."""
 import dataclasses
 from dataclasses import dataclass
 
+from floodway.operator.autoscaler.forecast import foresee
+from floodway.operator.autoscaler.history import History
 from floodway.operator.autoscaler.policy import (
     TARGET_BATCH_SHARE,
     AutoscalerPolicy,
@@ -59,9 +61,10 @@ class Tick:
 
 
 def tick(spec: InferenceServiceSpec, state: ScalerState, previous: Scrape | None, scrape: Scrape,
-         now: float) -> Tick:
+         now: float, history: History | None = None) -> Tick:
     """The autoscaler's decision for this tick; with autoscaling off the service holds replicas.min, with mode
-    external it follows replicas.count (set by HPA or KEDA through the scale subresource)."""
+    external it follows replicas.count (set by HPA or KEDA through the scale subresource). With a `history` and
+    autoscaling.forecastLeadSeconds, the tick's arrivals are counted into it and its expectation is in the signals."""
     if previous is not None and scrape.time > previous.time:
         signals = signals_between(previous, scrape, spec.slo.ttft_ms / 1000.0, spec.slo.tpot_ms / 1000.0)
     else:
@@ -73,6 +76,9 @@ def tick(spec: InferenceServiceSpec, state: ScalerState, previous: Scrape | None
         wanted = spec.replicas.clamp(spec.replicas.count)
         return Tick(ScaleDecision(wanted, f"autoscaling.mode external: replicas.count {spec.replicas.count}",
                              ScalerState(replicas=wanted)), signals)
+    lead = spec.autoscaling.forecast_lead_seconds
+    if history is not None and lead:
+        signals = foresee(history, signals, now, lead)
     return Tick(decide(state, signals, autoscaler_policy(spec), now), signals)
 
 

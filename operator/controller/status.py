@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from floodway.operator.autoscaler.budget import OverflowSpend
+from floodway.operator.autoscaler.history import History
 from floodway.operator.autoscaler.signals import Signals
 from floodway.operator.controller.adapters import CONDITION as ADAPTERS_READY
 from floodway.operator.controller.adapters import ReplicaAdapters, adapter_report
@@ -35,11 +36,16 @@ class Observation:
     conflicts: tuple[str, ...] | None = None  # rendered objects that exist and are not ours
     spend: OverflowSpend | None = None  # the autoscaler's decayed overflow spend (None: not tracked this tick)
     adapters: dict[str, ReplicaAdapters] | None = None  # ready replica -> what it said of its adapters
+    history: History | None = None  # the service's traffic history (None: not looked at this time)
 
 
 def now_rfc3339() -> str:
     """The clock reading the shells pass in as `now` (status and condition times are RFC 3339, UTC)."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.now(timezone.utc))
+
+
+def rfc3339(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _round(x: float | None, digits: int = 3) -> float | None:
@@ -54,6 +60,14 @@ def observed(signals: Signals) -> dict:
            "arrivalRate": _round(signals.arrival_rate),
            "overflowRate": _round(signals.overflow_rate / total if total > 0 else 0.0)}
     return {k: v for k, v in out.items() if v is not None}
+
+
+def history_report(history: History, signals: Signals | None) -> dict:
+    """status.history: what the forecast has to go on, from a history with a bucket at least."""
+    out = {"since": rfc3339(datetime.fromtimestamp(history.since(), timezone.utc)), "minutes": len(history.buckets)}
+    if signals is not None and signals.expected_arrival_rate > 0:
+        out["expectedRequestsPerSecond"] = _round(signals.expected_arrival_rate)
+    return out
 
 
 def build_status(spec: InferenceServiceSpec, previous: dict, obs: Observation, now: str, generation: int | None,
@@ -152,6 +166,14 @@ def build_status(spec: InferenceServiceSpec, previous: dict, obs: Observation, n
             cond(ADAPTERS_READY, *report.condition)
     elif "adapters" in previous:
         status["adapters"] = previous["adapters"]
+
+    if not spec.autoscaling.forecast_lead_seconds:  # no forecast (any more): the field goes too
+        if previous.get("history") is not None:
+            status["history"] = None
+    elif obs.history is not None and obs.history.buckets:
+        status["history"] = history_report(obs.history, obs.signals)
+    elif "history" in previous:
+        status["history"] = previous["history"]
 
     if obs.conflicts:
         cond("OwnershipConflict", "True", "ObjectNotOwned", "; ".join(obs.conflicts))

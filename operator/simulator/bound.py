@@ -11,7 +11,8 @@ that any of them beats is no bound. The reactive ones' least (`REACTIVE`) tells 
 from one reacting meets too.
 Run: `python -P -m floodway.operator.simulator.bound [scenario] [--compress F] [--seed N]
 [--waiting-includes-prefill] [--no-prefill-backlog-ttft] [--overflow-ttft-factor X] [--gpu-price-per-hour P]
-[--api-price-in P] [--api-price-out P]`; with prices it also prints the cheapest schedule in dollars.
+[--api-price-in P] [--api-price-out P] [--families near-peak,following,flat,tokens] [--static-peak N]`; with prices
+it also prints the cheapest schedule in dollars.
 """
 
 import itertools
@@ -142,10 +143,17 @@ def meets(s: Summary, share: float) -> bool:
     return s.attainment >= ATTAINMENT and s.overflow_share <= MAX_OVERFLOW and share <= TARGET_SHARE
 
 
+FAMILIES = ("near-peak", "following", "flat", "tokens")
+
+
 def schedules(trace: list[TraceRequest], peak: int, lead_s: float, prefill_tokens_per_s: float,
-              first: int) -> list[tuple[str, Schedule]]:
-    return near_peak(peak, trace[-1].arrival_s) + rate_following(trace, peak, lead_s) + flat_pools(peak) + \
-        token_pools(trace, prefill_tokens_per_s, first, lead_s)
+              first: int, families: tuple[str, ...] = FAMILIES) -> list[tuple[str, Schedule]]:
+    """The schedules of the families named (FAMILIES: all; a multi-day trace runs minutes per schedule, and
+    rate-following is the family that tracks a daily pattern)."""
+    made = {"near-peak": lambda: near_peak(peak, trace[-1].arrival_s),
+            "following": lambda: rate_following(trace, peak, lead_s), "flat": lambda: flat_pools(peak),
+            "tokens": lambda: token_pools(trace, prefill_tokens_per_s, first, lead_s)}
+    return [s for f in families for s in made[f]()]
 
 
 def serves(s: Summary) -> bool:
@@ -183,13 +191,18 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--gpu-price-per-hour", type=float)
     ap.add_argument("--api-price-in", type=float)
     ap.add_argument("--api-price-out", type=float)
+    ap.add_argument("--families", default=",".join(FAMILIES), help="schedule families, of " + ", ".join(FAMILIES))
+    ap.add_argument("--static-peak", type=int, help="static peak's replicas (default: searched by simulation)")
     a = ap.parse_args(argv)
+    families = tuple(a.families.split(","))
+    if not set(families) <= set(FAMILIES):
+        ap.error(f"--families: choose from {', '.join(FAMILIES)}")
     opts = Options(scenario=a.scenario, compress=a.compress, seed=a.seed,
                    waiting_includes_prefill=a.waiting_includes_prefill, overflow_ttft_factor=a.overflow_ttft_factor,
                    ttft_from_prefill_backlog=not a.no_prefill_backlog_ttft, gpu_price_per_hour=a.gpu_price_per_hour,
                    api_price_in=a.api_price_in, api_price_out=a.api_price_out)
     trace, cfg, ours, _, title = prepare(opts)
-    sizing = size(trace, cfg, ours.slo_attainment)
+    sizing = size(trace, cfg, ours.slo_attainment, a.static_peak)
     peak_hours = sizing.static_peak * trace[-1].arrival_s / 3600.0
     title = f"{a.scenario} with --compress {a.compress:g}" if a.compress else title
     print(f"{title}: {trace[-1].arrival_s / 60:.1f} min, "
@@ -197,7 +210,7 @@ def main(argv: list[str]) -> None:
     print("| schedule | SLO attainment | overflow | replica-hours | vs static peak |\n|---|---|---|---|---|")
     results = []
     for name, schedule in schedules(trace, sizing.static_peak, cfg.cold_start_s, cfg.profile.prefill_tokens_per_s,
-                                    sizing.initial):
+                                    sizing.initial, families):
         s = run_schedule(trace, schedule, cfg)
         results.append((name, s))
         share = s.replica_hours / peak_hours

@@ -13,8 +13,10 @@ def register(app: typer.Typer) -> None:
         trace: str = typer.Option(None, help="azure-conv, mooncake, a .csv/.jsonl file, or a generator such as "
                                              "'idle-burst:burst_rate=30', 'steps:rates=2/10/4', 'on-off'."),
         scenario: str = typer.Option(None, help="A named scenario from the README (sets trace, SLO, engine)."),
-        policy: list[str] = typer.Option(None, help="Policies to compare (repeat): floodway, static-peak, "
-                                                    "static-mean, hpa, keda, kpa; suffix +overflow to enable it."),
+        policy: list[str] = typer.Option(None, help="Policies to compare (repeat): floodway, "
+                                                    "floodway-reactive (ours without the history's forecast), "
+                                                    "static-peak, static-mean, hpa, keda, kpa; suffix +overflow to "
+                                                    "enable it."),
         overflow: bool = typer.Option(False, "--overflow", help="Run every listed policy with overflow."),
         png: str = typer.Option(None, help="Write a plot of arrivals, replicas, queue and overflow here."),
         compress: float = typer.Option(None, help="Replay the trace this many times faster."),

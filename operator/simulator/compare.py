@@ -15,7 +15,7 @@ from floodway.operator.simulator.des import Scaler, SimResult, simulate
 from floodway.operator.simulator.report import summarize
 from floodway.operator.simulator.traces import TraceRequest, rate_stats
 
-POLICIES = ("floodway", "static-peak", "static-mean", "hpa", "keda", "kpa")
+POLICIES = ("floodway", "floodway-reactive", "static-peak", "static-mean", "hpa", "keda", "kpa")
 OVERFLOW_SUFFIX = "+overflow"
 
 
@@ -74,8 +74,9 @@ def size(trace: list[TraceRequest], cfg: SimConfig, attainment: float, peak_n: i
 
 def build(name: str, sizing: Sizing, ours: AutoscalerPolicy, kpa_target: float) -> Scaler:
     lo, hi, init = ours.replicas_min, sizing.max_replicas, max(sizing.initial, ours.replicas_min)
-    if name == "floodway":
-        return Scaler(name, decide, replace(ours, replicas_max=hi), init)
+    if name in ("floodway", "floodway-reactive"):  # reactive: ours without the history's forecast
+        lead = ours.forecast_lead_seconds if name == "floodway" else 0.0
+        return Scaler(name, decide, replace(ours, replicas_max=hi, forecast_lead_seconds=lead), init)
     if name == "static-peak":
         return Scaler(name, bl.decide_static, bl.StaticPolicy(sizing.static_peak), sizing.static_peak)
     if name == "static-mean":

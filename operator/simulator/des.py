@@ -5,7 +5,8 @@ trace, the routing's power-of-two choices, comes from a seeded generator.
 The autoscaler sees what it sees in production: each replica keeps the counters and histograms an engine
 exports (TTFT and per-request TPOT with the engine's buckets, finished requests, prompt tokens), the gateway
 its request and overflow counters, and each tick builds the same Scrape objects the operator builds and
-derives its Signals through the same `signals_between` (window: the time since the previous tick).
+derives its Signals through the same `signals_between` (window: the time since the previous tick); our policy's
+ticks also keep the service's history and read its forecast through the operator's `forecast.foresee`.
 
 Overflowed requests are served by the external API with a fixed TTFT and TPOT (SimConfig), and count
 toward SLO attainment with those latencies. With `SimConfig.prefix` set, replicas model their prefix cache
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from floodway.operator.autoscaler.forecast import foresee
+from floodway.operator.autoscaler.history import DAY_S, History
 from floodway.operator.autoscaler.policy import ScalerState
 from floodway.operator.autoscaler.signals import Scrape, Signals, signals_between
 from floodway.operator.controller.scaling import instant_signals
@@ -69,6 +72,7 @@ class Simulation:
         self._seq = 0
         self.gateway = SimGateway(config)
         self.state = ScalerState(replicas=scaler.initial_replicas)
+        self.history = History(getattr(scaler.policy, "day_s", DAY_S))  # the service's traffic, as the operator has it
         self.last_scrape: Scrape | None = None
         self.timeline: list[dict] = []
         self.reasons: list[tuple[float, int, str]] = []
@@ -154,6 +158,9 @@ class Simulation:
         sig = self._signals(t)
         for s in self._routable():
             s.last_busy_s, s.util_since = s.replica.busy_s, t
+        lead = getattr(self.scaler.policy, "forecast_lead_seconds", 0.0)  # ours only: the baselines have no history
+        if lead:
+            sig = foresee(self.history, sig, t, lead)
         d = self.scaler.decide(self.state, sig, self.scaler.policy, t)
         if d.replicas != self.state.replicas:
             self.scale_events += 1

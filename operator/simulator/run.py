@@ -101,12 +101,13 @@ def prepare(opts: Options):
     ttft, tpot = _pick(opts.ttft_slo_s, sc.ttft_slo_s), _pick(opts.tpot_slo_s, sc.tpot_slo_s)
     if opts.cold_start_s < 0:
         raise ValueError("cold start must be >= 0 seconds")
-    spec = simulated_spec(profile, ttft, tpot, opts.attainment, opts.target_concurrency,
+    spec = simulated_spec(profile, ttft, tpot, opts.cold_start_s, opts.attainment, opts.target_concurrency,
                           opts.scale_to_zero_s, opts.overflow_max_waiting, opts.gpu_price_per_hour,
                           opts.api_price_in, opts.api_price_out, opts.overflow_share, opts.priority,
                           class_specs(list(mix), ttft, tpot, opts.batch_max_replicas),
                           {"maxRequestsPerMinute": rpm} if rpm else None)
     ours, overflow = policies(spec)
+    ours = replace(ours, day_s=sc.day_s)
     gateway = gateway_settings(spec)
     overflow = replace(overflow, enabled=False,
                        budget=replace(overflow.budget, max_requests_per_minute=opts.overflow_rpm),

@@ -6,6 +6,11 @@ reproduced with one command.
 
 from dataclasses import dataclass
 
+from floodway.operator.autoscaler.history import DAY_S
+
+# Multi-day traces replay each day in 2 hours (12x), so two weeks run in minutes.
+WEEK_DAY_S = 7200.0
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -17,6 +22,7 @@ class Scenario:
     tpot_slo_s: float = 0.05
     max_num_seqs: int = 64
     adapters: str | None = None  # LoRA adapters' shares of the requests, 'support=0.3,legal=0.1' (traces.tag_adapters)
+    day_s: float = DAY_S  # a day of the trace (multi-day traces replay days compressed; the forecast reads them so)
 
 
 SCENARIOS = {
@@ -50,6 +56,14 @@ SCENARIOS = {
                              "gap_s=1020,duration_s=3600",
                              "1 h at 0.3 req/s with three 90 s bursts of 20 req/s (11x the mean), shorter than "
                              "the cold start"),
+    # Foresight from history (forecast.py): two weeks, so every stage of the forecast runs (the last two days, then
+    # yesterday and a week ago, then one and two weeks ago).
+    "weeks": Scenario(f"weekly:day_s={WEEK_DAY_S:g},output_tokens=800",
+                      "two weeks of office hours (0.6 -> 6 req/s from 7:00 to 9:00, down from 17:00; weekends 0.4x) "
+                      "with two non-recurring 2x bursts a day, each day replayed in 2 h", day_s=WEEK_DAY_S),
+    "weeks-flat": Scenario(f"weekly:day_s={WEEK_DAY_S:g},output_tokens=800,night_rate=3,peak_rate=3,bursts_per_day=4",
+                           "two weeks with no pattern: 3 req/s and four non-recurring 2x bursts a day, each day "
+                           "replayed in 2 h", day_s=WEEK_DAY_S),
 }
 
 # `floodway simulate --sweep`: every scenario at seeds 0..4 (the real traces' only randomness is Mooncake's

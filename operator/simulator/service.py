@@ -27,13 +27,15 @@ def capacity_fields(profile: ReplicaProfile, tpot_slo_s: float) -> dict:
             "decodeSequences": max(1, profile.decode_sequences(tpot_slo_s))}
 
 
-def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float, attainment: float,
+def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float, cold_start_s: float,
+                   attainment: float,
                    target_concurrency: float | None = None, scale_to_zero_s: float | None = None,
                    max_waiting_per_replica: float | None = None, gpu_hourly_price: float | None = None,
                    api_price_in: float | None = None, api_price_out: float | None = None,
                    overflow_share: float | None = None, priority: str | None = None, classes: list[dict] | None = None,
                    tenant_limits: dict | None = None) -> InferenceServiceSpec:
-    """The spec of the simulated service; None settings keep the spec's defaults. Its replicas run on the
+    """The spec of the simulated service; None settings keep the spec's defaults; the forecast looks a cold start
+    ahead. Its replicas run on the
     profile's GPU type, whose table price holds unless `gpu_hourly_price` is given. `classes`: spec.classes;
     `tenant_limits`: gateway.tenants.default (camelCase fields). With classes the engines schedule by priority
     (engine.schedulingPolicy priority), as the tenants guide sets them up."""
@@ -41,7 +43,7 @@ def simulated_spec(profile: ReplicaProfile, ttft_slo_s: float, tpot_slo_s: float
                                              "outputPerMillionTokens": api_price_out}}
     if max_waiting_per_replica is not None:
         overflow["maxWaitingPerReplica"] = max_waiting_per_replica
-    autoscaling = capacity_fields(profile, tpot_slo_s)
+    autoscaling = {**capacity_fields(profile, tpot_slo_s), "forecastLeadSeconds": cold_start_s}
     if target_concurrency is not None:
         autoscaling["targetConcurrency"] = target_concurrency
     if scale_to_zero_s is not None:

@@ -239,6 +239,36 @@ def long_context(duration_s: float = 1800.0, low_rate: float = 1.0, high_rate: f
     return _poisson(rate, duration_s, seed, 0, 0, max(low_rate, high_rate), sizes)
 
 
+def weekly(days: int = 14, day_s: float = 86_400.0, peak_rate: float = 6.0, night_rate: float = 0.6,
+           weekend_share: float = 0.4, bursts_per_day: float = 2.0, burst_factor: float = 2.0,
+           burst_min: float = 20.0, prompt_tokens: int = 1000, output_tokens: int = 200,
+           seed: int = 0) -> list[TraceRequest]:
+    """Days of office-hours traffic with a weekly pattern and random bursts, over `days` days of `day_s` seconds
+    each (compressed days scale every time of day with them; day 0 is a Monday): `night_rate` req/s at night, a ramp
+    along a cosine from 7:00 to 9:00 up to `peak_rate` (x `weekend_share` on Saturdays and Sundays), down from 17:00
+    to 21:00; and on average `bursts_per_day` bursts a day at random times, `burst_factor` x the rate for
+    `burst_min` minutes, which do not recur."""
+    hour = day_s / 24
+
+    def business(h: float) -> float:
+        if 7 <= h < 9:
+            return (1 - math.cos(math.pi * (h - 7) / 2)) / 2
+        if 17 <= h < 21:
+            return (1 + math.cos(math.pi * (h - 17) / 4)) / 2
+        return 1.0 if 9 <= h < 17 else 0.0
+
+    rng = random.Random(seed + 1)  # the bursts' own draws, apart from the arrivals'
+    bursts = sorted(rng.uniform(0, days * day_s) for _ in range(round(bursts_per_day * days)))
+    burst_s = burst_min / 60 * hour
+
+    def rate(t):
+        day, h = divmod(t, day_s)
+        peak = peak_rate * (weekend_share if day % 7 >= 5 else 1.0)
+        r = night_rate + (peak - night_rate) * business(h / hour)
+        return r * burst_factor if any(b <= t < b + burst_s for b in bursts) else r
+    return _poisson(rate, days * day_s, seed, prompt_tokens, output_tokens, peak_rate * burst_factor)
+
+
 def parse_pairs(text: str, what: str) -> dict[str, str]:
     """'a=x,b=y' -> {a: x, b: y}; ValueError naming `what` and the bad item."""
     out = {}
@@ -311,13 +341,13 @@ def rate_stats(trace: list[TraceRequest], window_s: float = 60.0) -> tuple[float
 
 
 GENERATORS = {"idle-burst": idle_then_burst, "steps": steps, "on-off": on_off, "spiky": spiky, "diurnal": diurnal,
-              "long-context": long_context}
+              "long-context": long_context, "weekly": weekly}
 
 
 def _param(key: str, value: str):
     if key == "rates":
         return [float(v) for v in value.split("/")]
-    ints = ("bursts", "seed", "prompt_tokens", "output_tokens", "prompt_median", "output_median", "max_prompt")
+    ints = ("bursts", "seed", "prompt_tokens", "output_tokens", "prompt_median", "output_median", "max_prompt", "days")
     return int(value) if key in ints else float(value)
 
 

@@ -352,6 +352,12 @@ class AutoscalingSpec(SpecModel):
     every overflow back with replicas; once more is spent, it holds capacity as with 0. Where holding the budget
     would break the SLO, `priority` says which wins; the condition OverflowBudget reports the share spent in both
     units. 0: pay all back (with priority budget: no overflow)."""
+    forecast_lead_seconds: float = Field(300.0, ge=0)
+    """Foresight from the service's own history: the operator keeps its requests and prompt tokens per minute for two
+    weeks (the ConfigMap <name>-history, which survives an operator restart) and keeps ready the replicas for the
+    traffic that came on each of two earlier days (the last two; yesterday and a week ago; one and two weeks ago) within
+    this many seconds of the same time of day, so replicas are up when a recurring peak comes. At least a replica's
+    cold start (scheduling, image pull, model load). 0: no forecast, the autoscaler reacts only."""
     priority: Literal["slo", "budget"] = "slo"
     """What wins when the overflow budget and the SLO cannot both hold (a burst shorter than a cold start, replicas.max
     reached, prompts too long for any replica to prefill within slo.ttftMs): slo overflows what local capacity cannot

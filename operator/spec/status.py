@@ -56,6 +56,19 @@ class ReplicaAdapters(SpecModel):
     """Adapters of spec.adapters it does not serve; the base model and the other adapters serve on."""
 
 
+class TrafficHistory(SpecModel):
+    """The traffic history the forecast reads (with autoscaling.forecastLeadSeconds): requests and prompt tokens per
+    minute, kept for two weeks in the ConfigMap <name>-history."""
+
+    since: str = Field(json_schema_extra={"format": "date-time"})
+    """The start of the oldest minute kept."""
+    minutes: int
+    """Minutes observed; those the operator was down for are missing, and the forecast treats them as unknown."""
+    expected_requests_per_second: float | None = None
+    """What the history expects within the next forecastLeadSeconds (the same time on two earlier days); absent:
+    no expectation (less than two days kept, a minute of those days missing, or no traffic then)."""
+
+
 class InferenceServiceStatus(SpecModel):
     """Observed state of the service."""
 
@@ -77,5 +90,6 @@ class InferenceServiceStatus(SpecModel):
         "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["replica"]})
     """Per ready engine replica, the LoRA adapters it serves (with spec.adapters; the AdaptersReady condition sums
     them up)."""
+    history: TrafficHistory | None = None
     conditions: list[Condition] = Field(default_factory=list, json_schema_extra={
         "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})

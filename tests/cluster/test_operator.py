@@ -2,14 +2,19 @@
 has) against the real control plane: it applies what render() renders, kwok pods become Ready, status and
 printer columns follow; the autoscaling loop follows a test-controlled metrics source; deleting the
 InferenceService collects what it owned; a restart in the middle of a reconcile converges without duplicates;
+the traffic history the forecast reads survives an operator restart (its ConfigMap);
 autoscaling.mode external follows the scale subresource (kubectl scale, a real HPA); a missing claim, an
 object the operator did not create and an adapter the engines did not load are named in conditions and events."""
 
 import json
 import threading
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from floodway.operator.autoscaler.history import History
+from floodway.operator.controller.history_store import KEY
+from floodway.operator.controller.status import rfc3339
 from floodway.operator.procs import FLOODWAY_ARGV, free_port, start
 from floodway.operator.render import Images, Owner, render
 from floodway.operator.render.meta import selector_string
@@ -149,6 +154,50 @@ def test_restart_in_the_middle_of_a_reconcile_converges_without_duplicates(clust
     cluster.kubectl("-n", NS, "delete", "inferenceservice", "restart", "--wait=false")
 
 
+def saved_history(cluster, name: str) -> History | None:
+    """The history in the service's ConfigMap, None while there is none."""
+    done = cluster.kubectl("-n", NS, "get", "configmap", f"{name}-history", "-o", "json", check=False)
+    return History.loads(json.loads(done.stdout)["binaryData"][KEY]) if done.returncode == 0 else None
+
+
+def requests_in(history: History | None) -> float:
+    return sum(r for r, _ in history.buckets.values()) if history else 0.0
+
+
+def test_the_traffic_history_survives_an_operator_restart(cluster, operator, metrics):
+    """The ConfigMap <name>-history appears on the first tick and, a minute on, holds the requests the gateway
+    counted; a restarted operator goes on with it (status.history keeps its start) instead of a new one."""
+    apply(cluster, isvc("memory", metrics.port, replicas={"min": 1, "max": 1}, autoscaling={"intervalSeconds": 1}))
+    try:
+        cluster.wait_until("the history ConfigMap and status.history", lambda: saved_history(cluster, "memory")
+                           and status(cluster, "memory").get("history", {}).get("minutes", 0) >= 1, 60)
+        live = cluster.get("-n", NS, "configmap", "memory-history")
+        uid = cluster.get("-n", NS, "inferenceservice", "memory")["metadata"]["uid"]
+        assert [o["uid"] for o in live["metadata"]["ownerReferences"]] == [uid]
+        metrics.set(waiting=0, running=0, requests=30)  # 30 requests reached the gateway
+        # saved once a minute: by the first tick of the next one
+        saved = cluster.wait_until("the 30 requests in the saved history",
+                                   lambda: requests_in(h := saved_history(cluster, "memory")) >= 30 and h, 90)
+        before = status(cluster, "memory")["history"]
+        assert before["since"] == rfc3339(datetime.fromtimestamp(saved.since(), timezone.utc)), before
+        operator.kill()
+        # Only the restarted operator can write status.history again: the marker that it has ticked.
+        cluster.kubectl("-n", NS, "patch", "inferenceservice", "memory", "--subresource=status", "--type=merge",
+                        "-p", '{"status": {"history": null}}')
+        operator.start()
+        after = cluster.wait_until("status.history after the restart",
+                                   lambda: status(cluster, "memory").get("history"), 90)
+        # A new history would start at the current minute, a minute at least after the saved one's start.
+        assert after["since"] == before["since"] and after["minutes"] >= before["minutes"], (before, after)
+        again = saved_history(cluster, "memory")  # saved on the restarted operator's first tick
+        assert again.since() == saved.since() and requests_in(again) >= requests_in(saved)
+    finally:
+        metrics.set(waiting=0, running=0)
+    cluster.kubectl("-n", NS, "delete", "inferenceservice", "memory")
+    cluster.wait_until("the history ConfigMap collected with its service",
+                       lambda: saved_history(cluster, "memory") is None, 90)
+
+
 def condition(cluster, name: str, type_: str) -> dict | None:
     return next((c for c in status(cluster, name).get("conditions", []) if c["type"] == type_), None)
 
@@ -286,10 +335,13 @@ class Metrics:
         self.pages: dict[str, dict] = {}  # more paths, answered with JSON: an engine's /v1/models, /debug/engine
         self.set(waiting=0, running=0)
 
-    def set(self, waiting: float, running: float) -> None:
+    def set(self, waiting: float, running: float, requests: float = 0) -> None:
+        """The engines' gauges, and the requests the gateway has counted (a counter: raising it is traffic)."""
         self.text = "".join(f"# TYPE vllm:{m} gauge\nvllm:{m}{{model_name=\"m\"}} {v}\n"
                             for m, v in (("num_requests_waiting", waiting), ("num_requests_running", running),
-                                         ("kv_cache_usage_perc", 0.1)))
+                                         ("kv_cache_usage_perc", 0.1))) + \
+            ("# TYPE floodway_gateway_requests_total counter\n"
+             f"floodway_gateway_requests_total{{backend=\"local\",outcome=\"ok\"}} {requests}\n")
 
     def serve(self, ip: str) -> None:
         if ip in self.servers:

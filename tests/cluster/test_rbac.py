@@ -1,12 +1,15 @@
 """The chart's RBAC, exercised with the operator's real ServiceAccount token (a TokenRequest, as its pod gets):
-in a namespace it watches it can apply everything render() makes; elsewhere it can create nothing, it reads
-no Secret anywhere, and it cannot grant more than it holds (no escalate/bind: the API server refuses a binding
-to cluster-admin or a Role with rights it lacks). Each check is a real request, not `kubectl auth can-i`."""
+in a namespace it watches it can apply everything render() makes and the saved traffic history; elsewhere it can
+create nothing, it reads no Secret anywhere, and it cannot grant more than it holds (no escalate/bind: the API
+server refuses a binding to cluster-admin or a Role with rights it lacks). Each check is a real request, not
+`kubectl auth can-i`."""
 
 import json
 from pathlib import Path
 
 import pytest
+from floodway.operator.autoscaler.history import History
+from floodway.operator.controller.history_store import history_configmap
 from floodway.operator.render import Images, Owner, render
 from floodway.operator.spec.resource import parse
 
@@ -57,20 +60,24 @@ def binding(namespace: str, role_kind: str, role: str) -> dict:
 
 
 def test_it_applies_everything_render_makes_in_a_watched_namespace(cluster, as_operator):
-    """Server-side apply of every rendered object, as the operator does it (the gateway's Role and RoleBinding
-    included: the API server lets it grant those because it holds the same rights there)."""
+    """Server-side apply of every rendered object and of the history's ConfigMap, as the operator does it (the
+    gateway's Role and RoleBinding included: the API server lets it grant those because it holds the same rights
+    there)."""
     isvc = {"apiVersion": "serving.floodway.io/v1alpha1", "kind": "InferenceService",
             "metadata": {"name": "rbac-probe", "namespace": WATCHED},
             "spec": {"model": "floodway/tiny-llama", "resources": {"gpus": 1}, "replicas": {"min": 1, "max": 1}}}
     cluster.kubectl("apply", "-f", "-", input=doc(isvc))
     try:
         live = cluster.get("-n", WATCHED, "inferenceservice", "rbac-probe")
-        objs = render(parse(live).spec, Owner("rbac-probe", WATCHED, live["metadata"]["uid"]), Images.from_env({}))
+        owner = Owner("rbac-probe", WATCHED, live["metadata"]["uid"])
+        objs = [*render(parse(live).spec, owner, Images.from_env({})), history_configmap(owner, History())]
         for obj in objs:
             code, err = as_operator("apply", "--server-side", "--force-conflicts",
                                     "--field-manager=floodway-operator", "-f", "-", input=doc(obj))
             assert code == 0, f"{obj['kind']}/{obj['metadata']['name']}: {err}"
         code, err = as_operator("-n", WATCHED, "get", "pods,endpointslices.discovery.k8s.io,inferenceservices")
+        assert code == 0, err
+        code, err = as_operator("-n", WATCHED, "get", "configmap", "rbac-probe-history")  # read back after a restart
         assert code == 0, err
         # ...and the very same objects nowhere else
         for obj in objs:

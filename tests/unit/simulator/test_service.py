@@ -42,10 +42,11 @@ def test_a_profile_becomes_the_spec_fields_and_both_paths_decide_alike(tmp_path)
     fields = capacity_fields(ReplicaProfile.from_json(path), 0.05)
     assert fields == {"prefillTokensPerSecond": 1000.0, "decodeSequences": 28}
     assert capacity_fields(ReplicaProfile.from_json(path), 0.01)["decodeSequences"] == 1  # not 0, "unknown"
-    # What a user applies after reading those fields off `floodway simulate --profile` (the simulator's bounds).
+    # What a user applies after reading those fields off `floodway simulate --profile` (the simulator's bounds; its
+    # forecast looks its cold start ahead).
     spec = InferenceServiceSpec.model_validate({
         "model": "m", "replicas": {"min": 1, "max": 8}, "slo": {"ttftMs": 500, "tpotMs": 50},
-        "autoscaling": fields, "overflow": SIMULATED_API})
+        "autoscaling": {**fields, "forecastLeadSeconds": 120}, "overflow": SIMULATED_API})
     assert autoscaler_policy(spec) == ours
     assert ours.per_replica == 28  # decode capacity at the TPOT SLO, under the default targetConcurrency (40)
     # 2 requests in flight, but 20k prompt tokens arrived in 5 s: 4k tokens/s is 8 replicas' worth at half of
