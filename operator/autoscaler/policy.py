@@ -212,14 +212,14 @@ def foreseen(signals: Signals, p: "AutoscalerPolicy", allow: float, served: list
     demand is: its requests (Little's law, at the service time of `served`: (requests running, finished/s) per tick
     of the stabilization window, as one tick's ratio swings 10x on a quiet service) less the `allow`ed overflow share,
     and, without an overflow budget, its prompt tokens at `prefill_target` of a replica's prefill rate; 0 with no
-    expectation."""
+    expectation. A pool counts as holding it as the scale-up rule's would: within `scale_up_tolerance`."""
     running, finished = sum(r for r, _ in served), sum(f for _, f in served)
     service_s = running / finished if finished > 0 and running > 0 else p.assumed_request_s
     held = signals.expected_arrival_rate * service_s * (1 - allow)
     if p.prefill_tokens_per_second and not p.overflow_share:
         held = max(held, signals.expected_prompt_token_rate / (p.prefill_tokens_per_second * p.prefill_target)
                    * p.per_replica)
-    return math.ceil(held / p.per_replica)
+    return math.ceil(held / (p.per_replica * (1 + p.scale_up_tolerance)))  # within the scale-up rule's tolerance
 
 
 def demand_of(signals: Signals, p: "AutoscalerPolicy", tokens: float) -> float:
