@@ -10,6 +10,7 @@ in production; the simulator replays days compressed and passes its own, and eve
 
 import base64
 import gzip
+import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 DAY_S = 86_400.0
 BUCKETS_PER_DAY = 1440  # a minute each
 KEEP_DAYS = 15  # two weeks back from a cold start ahead, and a day to spare
+log = logging.getLogger("floodway.autoscaler")
 
 
 @dataclass
@@ -68,3 +70,15 @@ class History:
             return cls(float(head), buckets)
         except (ValueError, OSError, EOFError, UnicodeDecodeError) as e:
             raise ValueError(f"not a saved history: {e}") from None
+
+
+def restore(text: str | None, where: str) -> History:
+    """The history saved as `text` (dumps()); none, or a damaged one (logged, naming `where`): a new history, since
+    the forecast treats the minutes it lacks as unknown rather than failing."""
+    if text is None:
+        return History()
+    try:
+        return History.loads(text)
+    except ValueError as e:
+        log.warning("%s: the saved traffic history is unreadable, starting a new one: %s", where, e)
+        return History()

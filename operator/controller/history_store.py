@@ -2,15 +2,13 @@
 operator restart goes on with the weeks it had instead of a forecast that knows nothing for two days. Owned by the
 InferenceService: deleting the service collects it. Pure: handlers.py reads and applies it."""
 
-import logging
 import math
 
-from floodway.operator.autoscaler.history import History
+from floodway.operator.autoscaler.history import History, restore
 from floodway.operator.controller.ownership import conflict
 from floodway.operator.render.meta import Owner, metadata
 from floodway.operator.version import __version__
 
-log = logging.getLogger("floodway.operator")
 KEY = "history"  # the binaryData key: History.dumps() is base64 already, as binaryData wants it
 COMPONENT = "autoscaler"  # the autoscaler's memory, not a part of the serving path
 
@@ -33,19 +31,12 @@ def history_conflict(live: dict | None, owner: Owner) -> str | None:
 
 
 def saved_history(live: dict | None) -> History:
-    """The history in the ConfigMap as the API server returns it; none (a new service) or a damaged one: a new
-    history, since the forecast treats the minutes it lacks as unknown rather than failing."""
-    if live is None:
-        return History()
-    meta, text = live.get("metadata") or {}, (live.get("binaryData") or {}).get(KEY)
-    try:
-        if text is None:
-            raise ValueError(f"no binaryData key {KEY!r}")
-        return History.loads(text)
-    except ValueError as e:
-        log.warning("%s/%s: the saved traffic history is unreadable, starting a new one: %s",
-                    meta.get("namespace"), meta.get("name"), e)
-        return History()
+    """The history in the ConfigMap as the API server returns it (history.restore: none or a damaged one, a new one)."""
+    meta = (live or {}).get("metadata") or {}
+    text = ((live or {}).get("binaryData") or {}).get(KEY)
+    if live is not None and text is None:
+        text = ""  # a ConfigMap without the key is a damaged one: restore says so
+    return restore(text, f"ConfigMap {meta.get('namespace')}/{meta.get('name')}")
 
 
 def due(last_saved: float | None, now: float, bucket_s: float) -> bool:

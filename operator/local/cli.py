@@ -21,7 +21,8 @@ def register(app: typer.Typer) -> None:
         local_overflow: bool = typer.Option(None, "--local-overflow/--no-local-overflow",
                                             help="Start a second local engine as the overflow API (default: on "
                                             "without FILE, off with FILE)."),
-        workdir: Path = typer.Option(None, help="Folder for the gateway config and process logs."),
+        workdir: Path = typer.Option(None, help="Folder for the gateway config, process logs and the traffic history "
+                                               "(kept across runs in the same folder; default: a new temporary one)."),
         status_file: Path = typer.Option(None, help="Write the status as JSON here each tick."),
         ticks: int = typer.Option(0, help="Stop after this many autoscaler ticks (0: run until Ctrl-C)."),
     ) -> None:

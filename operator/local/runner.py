@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 from floodway.operator import procs
+from floodway.operator.autoscaler.history import restore
+from floodway.operator.controller.history_store import due
 from floodway.operator.controller.loop import first_state, step, tick_status
 from floodway.operator.controller.scrape import scrape, scrape_adapters
 from floodway.operator.controller.status import Observation, now_rfc3339
@@ -15,6 +17,8 @@ from floodway.operator.local.pool import EnginePool
 from floodway.operator.render.engine import engine_args, ready_path
 from floodway.operator.render.gateway import API_KEY_ENV, gateway_config
 from floodway.operator.spec import InferenceService
+
+HISTORY_FILE = "history"  # in the workdir: History.dumps(), as the operator's ConfigMap holds it
 
 
 def status_line(name: str, status: dict) -> str:
@@ -43,7 +47,10 @@ class LocalRunner:
         self.pool = EnginePool(ports, self._engine_argv, engine_env(self.spec), str(self.workdir),
                                ready_path(self.spec), e.startup_timeout_seconds, e.termination_grace_period_seconds)
         self.gateway: procs.Proc | None = None
-        self.loop = first_state(None, self.spec)
+        # The traffic history lives in the workdir, so `floodway up --workdir DIR` run again goes on with it.
+        self.history_file, self.history_saved = self.workdir / HISTORY_FILE, None
+        saved = self.history_file.read_text() if self.history_file.is_file() else None
+        self.loop = first_state(None, self.spec, restore(saved, str(self.history_file)))
         self.status: dict = {}
 
     @property
@@ -72,6 +79,11 @@ class LocalRunner:
         s = step(self.spec, self.loop, scrape(engines, self.gateway.url if self.gateway else None,
                                               starting, wall, runtime=self.spec.engine.runtime), wall)
         self.loop = s.state
+        if self.spec.autoscaling.forecast_lead_seconds and due(self.history_saved, wall, s.state.history.bucket_s):
+            self.history_saved = wall
+            tmp = self.history_file.with_suffix(".tmp")
+            tmp.write_text(s.state.history.dumps())
+            os.replace(tmp, self.history_file)
         self.pool.scale_to(s.decision.replicas)
         replicas, ready, _ = self.pool.counts()
         names = [a.name for a in self.spec.adapters]

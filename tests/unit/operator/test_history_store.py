@@ -4,6 +4,7 @@ binaryData as the API server returns it), a damaged or foreign one, the once-a-m
 
 import json
 import logging
+import time
 
 from floodway.operator.autoscaler.history import History
 from floodway.operator.autoscaler.signals import Signals
@@ -103,3 +104,25 @@ def test_without_a_forecast_the_status_has_no_history():
     assert "history" not in build_status(spec(0), {}, Observation(history=history()), "T", 1, "", "")
     before = {"history": {"since": "2026-11-30T23:10:00Z", "minutes": 3}}
     assert build_status(spec(0), before, Observation(), "T", 1, "", "")["history"] is None  # removed (merge patch)
+
+
+def test_floodway_up_keeps_the_history_in_its_workdir(tmp_path):
+    """`floodway up --workdir DIR` saves the history there on its first tick (then once a minute) and a second run in
+    the same folder starts from it; a damaged file starts a new one. The pool is not started: no engine runs."""
+    from floodway.operator.local.runner import HISTORY_FILE, LocalRunner
+    from floodway.operator.spec import InferenceService
+
+    def runner():
+        r = LocalRunner(InferenceService(metadata={"name": "chat"}, spec={"model": "floodway/tiny-llama"}),
+                        str(tmp_path), 1, None)
+        r.pool.scale_to = lambda n: None
+        return r
+    first = runner()
+    earlier = time.time() - 120  # two minutes ago: the tick adds to its own minute
+    first.loop.history.add(earlier, 7.0, 700.0)
+    first.step()
+    minute = int(earlier // 60)
+    assert History.loads((tmp_path / HISTORY_FILE).read_text()).buckets[minute] == (7.0, 700.0)
+    assert runner().loop.history.buckets[minute] == (7.0, 700.0)
+    (tmp_path / HISTORY_FILE).write_text("damaged")
+    assert runner().loop.history.buckets == {}
