@@ -39,6 +39,19 @@ def declared_method(config: dict) -> str | None:
     return str(q.get("quant_method", "unknown")).lower() if q else None
 
 
+def weight_bits(config: dict) -> int | None:
+    """The bits a quantized checkpoint stores its weights in, read from config.json's quantization_config whether or
+    not this engine serves the variant (the planner sizes any): AWQ's and GPTQ's `bits` (`w_bit`), compressed-tensors'
+    config groups' weights `num_bits` (the widest, where groups differ), 8 for FP8; None: a float checkpoint, or bits
+    the config does not say."""
+    q = config.get("quantization_config") or {}
+    groups = [(g.get("weights") or {}).get("num_bits") for g in (q.get("config_groups") or {}).values()]
+    bits = q.get("bits") or q.get("w_bit") or max((b for b in groups if isinstance(b, int)), default=None)
+    if bits is None and "fp8" in str(q.get("quant_method", "")).lower():
+        bits = 8
+    return bits if isinstance(bits, int) and bits > 0 else None
+
+
 def scheme(config: dict, path: str) -> Scheme:
     """The checkpoint's scheme from its config.json (pure); Unsupported names what is not served here."""
     q = config["quantization_config"]

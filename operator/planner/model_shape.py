@@ -13,6 +13,7 @@ import pathlib
 from dataclasses import dataclass
 
 from floodway.engine.models.builtin import BUILTIN_MODELS, model_config
+from floodway.engine.quant.formats import weight_bits
 from floodway.operator.planner.units import ConfigNotFound, PlanError
 
 
@@ -107,8 +108,7 @@ def shape_from_config(cfg: dict, name: str, source: str, params: float | None = 
     experts = _first(cfg, "num_local_experts", "num_experts", default=0)
     inter = _first(cfg, "moe_intermediate_size" if experts else "intermediate_size", "intermediate_size",
                    "n_inner", "ffn_dim", default=4 * hidden)
-    quant = cfg.get("quantization_config") or {}
-    bits = quant.get("bits") or quant.get("w_bit") or (8 if "fp8" in str(quant.get("quant_method", "")) else None)
+    bits = weight_bits(cfg)
     shape = ModelShape(
         name=name, source=source, model_type=str(cfg.get("model_type", "unknown")), num_layers=layers,
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, hidden_size=hidden, intermediate_size=inter,

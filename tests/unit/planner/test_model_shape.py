@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from floodway.operator.planner.memory import weight_format
 from floodway.operator.planner.model_shape import hf_cache_dir, load_shape, read_config, shape_from_config
 from floodway.operator.planner.units import ConfigNotFound, PlanError
 
@@ -95,6 +96,26 @@ def test_nested_text_config_and_quantization(configs):
     assert shape.num_kv_heads == 8 and shape.quantization_bits == 4
     assert shape_from_config({**configs["llama3-8b"], "quantization_config": {"quant_method": "fp8"}}, "q",
                              "test").quantization_bits == 8
+
+
+@pytest.mark.parametrize("quantization_config, bits", [
+    # llm-compressor's W4A16 (pack-quantized) and FP8 (float-quantized) configs, as they ship
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}}}, 4),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}, 8),
+    # groups of different widths (not served by our engine, sized all the same): the widest
+    ({"quant_method": "compressed-tensors", "config_groups": {"a": {"weights": {"num_bits": 4}},
+                                                              "b": {"weights": {"num_bits": 8}}}}, 8),
+    ({"quant_method": "gptq", "bits": 8}, 8),
+    ({"quant_method": "awq", "w_bit": 4}, 4),
+    ({"quant_method": "bitsandbytes"}, None),
+])
+def test_a_checkpoint_s_own_bits_size_its_weights(configs, quantization_config, bits):
+    cfg = {**configs["llama3-8b"], "quantization_config": quantization_config}
+    shape = shape_from_config(cfg, "q", "test")
+    assert shape.quantization_bits == bits
+    assert weight_format(shape, "bfloat16", None).precision == {4: "int4", 8: "int8", None: "bfloat16"}[bits]
 
 
 def test_params_override_is_labelled_and_scales_active(configs):
