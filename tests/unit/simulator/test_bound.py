@@ -69,6 +69,17 @@ def test_bound_cli_prints_the_least_replica_hours_meeting_the_targets_and_reacti
             "static peak (reactive: flat 9 again)") in out
 
 
+def test_bound_cli_runs_the_families_named_with_the_static_peak_given(capsys, monkeypatch):
+    # A multi-day trace runs minutes per schedule: --families picks the families, --static-peak skips its search.
+    monkeypatch.setattr(bound, "flat_pools", lambda peak: [(f"flat {peak}", Schedule((0.0,), (peak,)))])
+    monkeypatch.setattr(bound, "near_peak", lambda peak, end_s: pytest.fail("near-peak was not asked for"))
+    main(["short-bursts", "--compress", "4", "--families", "flat", "--static-peak", "9"])
+    out = capsys.readouterr().out
+    assert "static peak 9 replicas" in out and "| flat 9 |" in out and "follow" not in out and "busiest" not in out
+    with pytest.raises(SystemExit):
+        main(["short-bursts", "--families", "flat,nearest"])
+
+
 def test_reactive_rules_see_only_the_past():
     # 10 quiet seconds of 100-token prompts, a burst of 20 x 5000 tokens in 20-25 s, then quiet to 200 s.
     trace = [TraceRequest(float(t), 100, 10) for t in range(20)] \
