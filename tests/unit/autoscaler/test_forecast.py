@@ -7,7 +7,7 @@ import random
 import pytest
 from floodway.operator.autoscaler.forecast import expected, foresee, lags_days
 from floodway.operator.autoscaler.history import BUCKETS_PER_DAY, DAY_S, KEEP_DAYS, History
-from floodway.operator.autoscaler.policy import ScalerState
+from floodway.operator.autoscaler.policy import ScalerState, decide
 
 from tests.unit.autoscaler.conftest import P, run, sig
 
@@ -125,3 +125,15 @@ def test_the_policy_prewarms_for_the_expectation_holds_it_and_lets_go_after():
     held_until = 300 + P.scale_down_stabilization_seconds - P.interval_seconds
     assert all(d.replicas == 5 for d in ds[:int(held_until // P.interval_seconds)])
     assert ds[-1].replicas == 2
+
+
+def test_a_service_scaled_to_zero_is_up_before_its_morning():
+    """With replicas.min 0 the pool scales to zero at night and comes back a lead before the expected traffic,
+    with no request yet to wake it."""
+    from dataclasses import replace
+
+    p = replace(P, replicas_min=0, scale_to_zero_after_seconds=60.0)
+    night = run(p, ScalerState(1), lambda t, n: sig(n, attainment=None), 0, 300)
+    assert night[-1].replicas == 0
+    morning = decide(night[-1].state, sig(0, expected_arrival_rate=2.0), p, 305)
+    assert morning.replicas == 2 and "history expects 2.00 req/s" in morning.reason  # 2 req/s x 10 s assumed
