@@ -1,9 +1,10 @@
-"""bf16 linear layers on CPU with their weights reordered once, at load, into oneDNN's blocked layout.
+"""bf16 and float32 linear layers on CPU with their weights reordered once, at load, into oneDNN's blocked layout.
 
 A plain `F.linear` on a bf16 CPU tensor hands oneDNN a row-major weight, which it repacks for its AMX/AVX512-BF16
 kernels on every call; prepacked, each call only multiplies (the same reorder torch.compile's freezing pass does).
-Results equal the plain layer's up to bf16 rounding (the kernel may sum in another order). The embedding keeps its
-own plain weight where the LM head is tied to it.
+A float32 `F.linear` goes to MKL's sgemm instead, which oneDNN's blocked float32 kernel beats from a few rows on
+(docs/benchmarks/engine-code-notes.md). Results equal the plain layer's up to rounding (the kernel may sum in
+another order). The embedding keeps its own plain weight where the LM head is tied to it.
 """
 
 import platform
@@ -16,10 +17,10 @@ ROWS_HINT = 8
 
 
 def supported(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether this is an x86 CPU and torch build with oneDNN's bf16 kernels (AVX512-BF16 or AMX): the reorder
-    was measured only there."""
-    return (device.type == "cpu" and dtype == torch.bfloat16 and platform.machine() in ("x86_64", "AMD64")
-            and torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    """Whether this is an x86 CPU and torch build with oneDNN, and for bf16 its bf16 kernels (AVX512-BF16 or AMX):
+    the reorder was measured only there."""
+    return (device.type == "cpu" and platform.machine() in ("x86_64", "AMD64") and torch.backends.mkldnn.is_available()
+            and (dtype == torch.float32 or dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()))
 
 
 class PackedLinear(torch.nn.Module):

@@ -1,7 +1,8 @@
 """The engine's CPU decode step against a baseline built without one of its parts, side by side:
-`python -P -m floodway.engine.bench.prepack [--baseline transformers|plain|eager] [--compile-decode]`.
+`python -P -m floodway.engine.bench.prepack [--baseline transformers|plain|eager] [--compile-decode]
+[--dtype bfloat16|float32]`.
 
-Two engines on the same model in one process: the engine as it runs on CPU in bf16 (our decoder,
+Two engines on the same model in one process: the engine as it runs on CPU in that dtype (our decoder,
 engine/models/llama.py, with its linears prepacked by engine/packed_linear.py; its decode steps compiled with
 --compile-decode) and the baseline: transformers' modules (`transformers`, prepacked too), our decoder with plain
 linears (`plain`) or as it runs without --compile-decode (`eager`). Each decodes the same chat prompt at batch 1, 8
@@ -30,7 +31,8 @@ def decode_ms(engine, prompt: list[int], batch: int, tokens: int) -> float:
 
 
 def main(model: str = "floodway/smollm2-135m-instruct", batches: str = "1,8,32", tokens: int = 32,
-         rounds: int = 3, baseline: str = "transformers", compile_decode: bool = False) -> None:
+         rounds: int = 3, baseline: str = "transformers", compile_decode: bool = False,
+         dtype: str = "bfloat16") -> None:
     import torch
     from floodway.engine import packed_linear
     from floodway.engine.config import EngineConfig
@@ -40,9 +42,11 @@ def main(model: str = "floodway/smollm2-135m-instruct", batches: str = "1,8,32",
     torch.set_num_threads(1)
     if baseline not in ("transformers", "plain", "eager"):
         raise typer.BadParameter("baseline must be transformers, plain or eager")
-    if not packed_linear.supported(torch.device("cpu"), torch.bfloat16):
-        raise typer.Exit("this CPU or torch build has no oneDNN bf16 kernels: not the engine's CPU bf16 step")
-    cfg = dict(model=resolve_model(model), dtype="bfloat16", max_model_len=512, max_num_seqs=64)
+    if dtype not in ("bfloat16", "float32"):
+        raise typer.BadParameter("dtype must be bfloat16 or float32")
+    if not packed_linear.supported(torch.device("cpu"), getattr(torch, dtype)):
+        raise typer.Exit(f"this CPU or torch build has no oneDNN {dtype} kernels: not the engine's CPU {dtype} step")
+    cfg = dict(model=resolve_model(model), dtype=dtype, max_model_len=512, max_num_seqs=64)
     ours = LLMEngine(EngineConfig(**cfg, compile_decode=compile_decode))
     if baseline == "transformers":
         base = LLMEngine(EngineConfig(**cfg, model_impl="transformers"))
@@ -58,7 +62,7 @@ def main(model: str = "floodway/smollm2-135m-instruct", batches: str = "1,8,32",
     prompt = list(ours.tokenizer.apply_chat_template([{"role": "user", "content": "Write a short poem about autumn."}],
                                                      add_generation_prompt=True, tokenize=True,
                                                      return_dict=True)["input_ids"])
-    typer.echo(f"{model}, bf16, 1 thread, {tokens} tokens per sequence, best of {rounds} alternating rounds"
+    typer.echo(f"{model}, {dtype}, 1 thread, {tokens} tokens per sequence, best of {rounds} alternating rounds"
                f"{', engine with --compile-decode' if compile_decode else ''}\n\n"
                f"| batch | {baseline} ms/step | engine ms/step | speed-up |\n|---|---|---|---|")
     for batch in (int(b) for b in batches.split(",")):

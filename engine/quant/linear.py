@@ -83,7 +83,7 @@ def kernel_of(module: nn.Module) -> str:
     if hasattr(module, "kernel"):
         return module.kernel
     if type(module).__name__ == "PackedLinear":
-        return "onednn packed bf16"
+        return f"onednn packed {str(module.packed.dtype).removeprefix('torch.')}"
     return f"F.linear {str(module.weight.dtype).removeprefix('torch.')}"
 
 
