@@ -8,9 +8,9 @@ columns: SmolLM2's hidden size (576) is no multiple of 128. Round-to-nearest sta
 calibrated rounding (which needs their libraries and a calibration set), so these rows measure the format and our
 loading of it, not those algorithms' accuracy: a calibrated checkpoint loses less. (Act-order, whose order comes
 from calibration, is pinned to GPTQModel's own checkpoint in tests/unit/engine/test_quant_hf_formats.py; a random
-order here measured 0.40 nats, perplexity x1.53.) The float32 weights lie on a Q4_1
-grid of 32, so every 4-bit row re-rounds them, as Q4_0 does (0.28 nats measured, perplexity x1.19), and 8-bit rows
-stay near bf16 compute's 0.0008 nats. Symmetric codes (GPTQ's and compressed-tensors' default) span 2 absmax where
+order here measured 0.40 nats, perplexity x1.53.) The float32 weights lie on a Q4_1 grid of 32, so every 4-bit
+row re-rounds them, as Q4_0 does (0.28 nats measured, perplexity x1.19), and 8-bit rows stay near bf16 compute's
+0.0008 nats. Symmetric codes (GPTQ's and compressed-tensors' default) span 2 absmax where
 AWQ's zero points span max - min, and a group of 64 has a larger absmax than one of 32: their steps are larger than
 Q4_0's, so the 4-bit bounds sit above test_quantized_gguf.py's (measured: AWQ 0.26 nats, GPTQ 0.38, W4A16 0.34;
 perplexity x1.15-1.36).
@@ -35,9 +35,7 @@ def _write(fmt: str, out) -> str:
     src = builtin.resolve_model(NAME)
     if fmt in ("awq", "gptq"):  # each with its library's default: AWQ with zero points, GPTQ symmetric
         return packers.write_gptq_or_awq(src, out, fmt, group=GROUP, sym=fmt == "gptq")[0]
-    if fmt == "w4a16":
-        return packers.write_compressed(src, out, "W4A16", group_size=GROUP)
-    return packers.write_compressed(src, out, "W8A16", group_size=GROUP)
+    return packers.write_compressed(src, out, fmt.upper(), group_size=GROUP)  # W4A16, W8A16
 
 
 @pytest.fixture(scope="module")
