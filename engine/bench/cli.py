@@ -46,9 +46,9 @@ def register(bench_app: typer.Typer) -> None:
                                                  "(rewrite or repeat a given text or code, the spec workload's)."),
         llama_server: str | None = typer.Option(None, help="chat: llama-server binary (default: the one "
                                                            "e2e/llamacpp/build.sh builds and caches)."),
-        vllm_python: str | None = typer.Option(None, help="chat: python of a vLLM CPU virtualenv for the vllm "
-                                                          "baseline (default: the one e2e/vllm/build.sh builds and "
-                                                          "caches)."),
+        vllm_python: str | None = typer.Option(None, help="python of a vLLM CPU virtualenv for the vllm baseline, "
+                                                          "served or offline (default: the one e2e/vllm/build.sh "
+                                                          "builds and caches)."),
     ) -> None:
         """Our engine vs transformers sequential generate, a static padded batch and transformers' continuous
         batching, side by side on one workload; prints tokens/s, ratios, KV usage and prefix-cache hits. With
@@ -74,7 +74,8 @@ def register(bench_app: typer.Typer) -> None:
         from floodway.engine.bench.runner import run
 
         run(model, workload, num_requests, max_model_len, seq_requests,
-            _names(baselines, "sequential,static,continuous"), profile_out, traces, threads, dtype, tpot_slo_ms, n)
+            _names(baselines, "sequential,static,continuous"), profile_out, traces, threads, dtype, tpot_slo_ms, n,
+            vllm_python)
 
     serve_cli.register(bench_app)
 

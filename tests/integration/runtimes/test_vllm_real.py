@@ -375,3 +375,11 @@ def test_sigterm_lets_a_started_stream_finish(server, gateway):
     assert chunks[-1]["usage"]["completion_tokens"] == 32
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
     assert server.popen.wait(60) == 0
+
+
+def test_the_offline_bench_runs_vllms_engine_on_every_requested_token(vllm_python, model):
+    from floodway.engine.bench.workloads import Workload
+
+    wl = Workload("t", [[5, 6, 7, 8, 9], [10, 11, 12]], [6, 3], "two requests")
+    r = vllm.run_offline(vllm_python, wl, model, "float32", 128, 4, 128, 64 * 2**20, threads=1)
+    assert r.error is None and r.output_tokens == 9 and r.seconds > 0 and r.cpu_seconds > 0

@@ -169,3 +169,13 @@ def test_inter_token_latency_and_start_up_in_the_table():
                            {"floodway engine": 2 * 2**30, "vllm": 5 * 2**30})
     assert table.splitlines()[4].endswith("| 30.0 | 500.0 |")
     assert "| floodway engine | 7.3 | 2048 |" in table and "| vllm | 89.0 | 5120 |" in table
+
+
+def test_the_offline_vllm_baseline_reports_a_python_without_vllm_as_its_error():
+    import sys
+
+    from floodway.engine.bench.workloads import Workload
+
+    wl = Workload("t", [[5, 6, 7]], [4], "one request")
+    r = vllm.run_offline(sys.executable, wl, "unused", "float32", 64, 4, 64, 2**20)
+    assert r.error and "vllm" in r.error and r.tokens_per_s == 0.0
