@@ -61,9 +61,9 @@ class StepMeta:
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor, rows: int) -> torch.Tensor:
-    """[rows, kv_heads, width * block_size, head_dim] view of the given blocks."""
-    g = cache.index_select(0, blocks)
-    return g.view(rows, -1, g.shape[-2], g.shape[-1]).transpose(1, 2)
+    """[rows, kv_heads, width * block_size, head_dim] copy of the given blocks, each head's rows contiguous."""
+    g = cache.permute(2, 0, 1, 3).index_select(1, blocks)  # [kv_heads, rows * width, block_size, head_dim]
+    return g.view(g.shape[0], rows, -1, g.shape[-1]).transpose(0, 1)
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, floodway_meta=None,

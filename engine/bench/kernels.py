@@ -18,7 +18,7 @@ import random
 import types
 
 import torch
-from floodway.engine import attention
+from floodway.engine import attention, kv_cache
 from floodway.engine.bench.gpu_check_speed import copy_bandwidth, seconds_per_call
 from floodway.engine.step_inputs import SeqInput, build
 
@@ -40,8 +40,10 @@ def step(shape: dict, rows: list[tuple[int, int]], device: torch.device, seed: i
     for (p, n), k in zip(rows, need, strict=True):
         seqs.append(SeqInput([1] * n, p, ids[used:used + k], True))
         used += k
-    kv = (len(ids), bs, shape["kv_heads"], shape["head_dim"])
-    k_cache, v_cache = (torch.randn(kv, device=device).to(shape["dtype"]) for _ in range(2))
+    kv = kv_cache.KVShape(1, shape["kv_heads"], shape["head_dim"], bs, shape["dtype"])
+    (k_cache,), (v_cache,) = kv_cache.allocate(kv, len(ids), device)  # the engine's layout
+    for cache in (k_cache, v_cache):
+        cache.normal_()
     tokens = sum(n for _, n in rows)
     query, key, value = (torch.randn(1, h, tokens, shape["head_dim"], device=device).to(shape["dtype"])
                          for h in (shape["heads"], shape["kv_heads"], shape["kv_heads"]))
