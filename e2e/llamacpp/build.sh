@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-server (the server users run for `runtime: llamacpp`) from the llama.cpp sources
-# vendored in the PyPI sdist of llama-cpp-python: a package registry is the only network this needs.
-# Cached by version: a second run prints the cached path at once. Last line: LLAMA_SERVER=<path>.
+# Builds llama.cpp's llama-server (the server users run for `runtime: llamacpp`) and llama-quantize (the format's
+# own packer, which writes the K-quant files the tests load) from the llama.cpp sources vendored in the PyPI sdist
+# of llama-cpp-python: a package registry is the only network this needs.
+# Cached by version: a second run prints the cached paths at once. Last two lines: LLAMA_QUANTIZE=<path>,
+# LLAMA_SERVER=<path>.
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 CACHE="${FLOODWAY_LLAMACPP_CACHE:-$HOME/.cache/floodway/llamacpp}/$VERSION"
 BIN="$CACHE/llama-server"
+QUANTIZE="$CACHE/llama-quantize"
 PIP="${PIP:-$(dirname "$0")/../../.venv/bin/pip}"
 
 # Runs a step with its output in a log; on failure prints the log's tail (the work folder is removed).
@@ -18,7 +21,7 @@ step() {
   fi
 }
 
-if [ ! -x "$BIN" ]; then
+if [ ! -x "$BIN" ] || [ ! -x "$QUANTIZE" ]; then
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   # The sdist only (its build tools may come as wheels: pip prepares its metadata).
@@ -31,9 +34,12 @@ if [ ! -x "$BIN" ]; then
   step "$work/cmake.log" nice -n 10 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF
-  step "$work/build.log" nice -n 10 cmake --build "$work/build" --target llama-server -j "${JOBS:-$(nproc)}"
+  step "$work/build.log" nice -n 10 cmake --build "$work/build" --target llama-server llama-quantize -j "${JOBS:-$(nproc)}"
   mkdir -p "$CACHE"
-  install -m 0755 "$work/build/bin/llama-server" "$BIN.tmp"
-  mv "$BIN.tmp" "$BIN"
+  for bin in "$BIN" "$QUANTIZE"; do
+    install -m 0755 "$work/build/bin/$(basename "$bin")" "$bin.tmp"
+    mv "$bin.tmp" "$bin"
+  done
 fi
+echo "LLAMA_QUANTIZE=$QUANTIZE"
 echo "LLAMA_SERVER=$BIN"

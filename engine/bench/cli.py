@@ -22,9 +22,10 @@ def register(bench_app: typer.Typer) -> None:
         seq_requests: int = typer.Option(4, help="Requests timed for the sequential baseline (it is slow)."),
         baselines: str | None = typer.Option(None, help="Comma list of baselines to run (default: sequential,"
                                                         "static,continuous; for chat: llamacpp,llamacpp-q4_1; "
-                                                        "also vllm, llamacpp-q8_0, floodway-compile-decode, ours "
-                                                        "with that flag, ours per weight format: floodway-fp32, "
-                                                        "-bf16, -q4_1, -q8_0, -int8, -int4, and with speculation: "
+                                                        "also vllm, llamacpp-q8_0, llamacpp-q4_k_m, "
+                                                        "floodway-compile-decode, ours with that flag, ours per "
+                                                        "weight format: floodway-fp32, -bf16, -q4_1, -q8_0, "
+                                                        "-q4_k_m, -int8, -int4, and with speculation: "
                                                         "floodway-spec, llamacpp-lookup, llamacpp-q4_1-lookup)."),
         profile_out: str | None = typer.Option(None, help="Also write a JSON step-cost profile here."),
         traces: str | None = typer.Option(None, help="Traces folder (default: the vendored data/traces)."),

@@ -2,8 +2,10 @@
 caches it), the GGUF files it serves, and its command line as the operator renders it for `runtime: llamacpp`.
 
 SmolLM2's package ships a Q4_1 GGUF. `rewrite_gguf` rewrites that file with every matrix dequantized and stored
-as BF16, Q8_0 or Q4_0 by the `gguf` package's own quantizer (norms stay F32, as llama.cpp's converter keeps them)
-and all metadata copied (tokenizer, chat template), so both servers compute with the same weights.
+as F32, BF16, Q8_0 or Q4_0 by the `gguf` package's own quantizer (norms stay F32, as llama.cpp's converter keeps
+them) and all metadata copied (tokenizer, chat template), so both servers compute with the same weights. K-quant
+files (K_QUANTS) are made from the F32 rewrite by llama-quantize, the format's own packer, which picks each tensor's
+type as it does for users (rows not in whole 256-element super-blocks fall back to Q5_0, Q5_1 or Q8_0).
 """
 
 import os
@@ -13,19 +15,24 @@ import subprocess
 BUILD = pathlib.Path(__file__).resolve().parents[2] / "e2e" / "llamacpp" / "build.sh"
 
 
-def server_binary(path: str | None) -> str:
-    """The given llama-server, else the one build.sh prints (built on first use: minutes, then cached)."""
-    if path:
-        return path
+def built(tool: str = "LLAMA_SERVER") -> str:
+    """The path build.sh prints for `tool` (LLAMA_SERVER, LLAMA_QUANTIZE): built on first use (minutes), then
+    cached."""
     out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(f"{BUILD} failed:\n{out.stderr[-4000:]}")
-    return out.stdout.strip().splitlines()[-1].removeprefix("LLAMA_SERVER=")
+    return next(line.split("=", 1)[1] for line in out.stdout.splitlines() if line.startswith(f"{tool}="))
+
+
+def server_binary(path: str | None) -> str:
+    """The given llama-server, else the one build.sh builds."""
+    return path or built()
 
 
 # llama-quantize keeps the token table and the output head above 4 bits in its 4-bit files (Q6_K); Q8_0 stands in.
 HEAD_TENSORS = ("token_embd.weight", "output.weight")
 FOUR_BIT = ("Q4_0", "Q4_1")
+K_QUANTS = ("Q4_K_M", "Q5_K_M", "Q6_K")  # llama-quantize's file types (its most used ones)
 
 
 def bf16_gguf(src: pathlib.Path, dst: pathlib.Path) -> None:
@@ -48,7 +55,7 @@ def rewrite_gguf(src: pathlib.Path, dst: pathlib.Path, kind: str) -> None:
         value_type = f.types[0]
         writer.add_key_value(f.name, f.contents(), value_type,
                              sub_type=f.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None)
-    writer.add_file_type(gguf.LlamaFileType[f"MOSTLY_{kind}"])
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if kind == "F32" else gguf.LlamaFileType[f"MOSTLY_{kind}"])
     matrix, head = gguf.GGMLQuantizationType[kind], gguf.GGMLQuantizationType.Q8_0
     float_types = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)
     for t in reader.tensors:
@@ -62,8 +69,16 @@ def rewrite_gguf(src: pathlib.Path, dst: pathlib.Path, kind: str) -> None:
     writer.close()
 
 
+def llama_quantize(src: str, dst: pathlib.Path, kind: str) -> None:
+    """dst: src quantized by llama.cpp's llama-quantize to the file type `kind` (K_QUANTS, ...)."""
+    out = subprocess.run([built("LLAMA_QUANTIZE"), src, str(dst), kind], capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise RuntimeError(f"llama-quantize {kind} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+
+
 def smollm2_gguf(kind: str) -> str:
-    """SmolLM2's packaged GGUF (Q4_1) or its rewrite with matrices as `kind` (made once, cached)."""
+    """SmolLM2's packaged GGUF (Q4_1), its rewrite with matrices as `kind`, or (K_QUANTS) llama-quantize's file
+    from the F32 rewrite (made once, cached)."""
     from floodway.engine.models.builtin import cache_root
     from floodway.engine.models.smollm2 import gguf_path
 
@@ -74,7 +89,10 @@ def smollm2_gguf(kind: str) -> str:
     if not dst.exists():
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.with_name(f".{dst.name}.{os.getpid()}")
-        rewrite_gguf(src, tmp, kind)
+        if kind in K_QUANTS:
+            llama_quantize(smollm2_gguf("F32"), tmp, kind)
+        else:
+            rewrite_gguf(src, tmp, kind)
         tmp.rename(dst)  # atomic: a reader never sees a half-written file
     return str(dst)
 

@@ -4,7 +4,8 @@ mean KL divergence of the next-token distributions over a fixed held text, and t
 `python -P -m floodway.engine.bench.quant_quality` prints one row per format. The float32 reference is the model the
 engine serves with `--quantization none` (the shipped Q4_1 weights dequantized exactly into float32), so Q4_1 differs
 from it only by bf16 compute, and every other format re-rounds those weights: Q8_0 and int8 to 8 bits, Q4_0 and
-int4 to another 4-bit grid. The bf16 row (float weights, bf16 compute) separates compute rounding from weight loss.
+int4 to another 4-bit grid, llama-quantize's K-quant files (llamacpp.K_QUANTS) to its per-tensor mix of types.
+The bf16 row (float weights, bf16 compute) separates compute rounding from weight loss.
 """
 
 import argparse
@@ -47,6 +48,7 @@ def formats() -> dict[str, dict]:
         "Q4_1 (shipped)": dict(model=NAME, quantization="gguf"),
         "Q4_0": dict(model=llamacpp.smollm2_gguf("Q4_0"), tokenizer=NAME),
         "int4": dict(model=NAME, quantization="int4"),
+        **{kind: dict(model=llamacpp.smollm2_gguf(kind), tokenizer=NAME) for kind in llamacpp.K_QUANTS},
     }
 
 

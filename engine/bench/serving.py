@@ -25,16 +25,22 @@ from floodway.operator import procs
 SERVED = "bench-model"
 # name -> which SmolLM2 GGUF llama-server serves; "-lookup": with its prompt-lookup decoding on, from the same
 # --speculative-config as floodway-spec (the operator's rendering of engine.speculative for runtime llamacpp).
-BASELINES = {"llamacpp": "BF16", "llamacpp-q4_1": "Q4_1", "llamacpp-q8_0": "Q8_0", "llamacpp-lookup": "BF16",
-             "llamacpp-q4_1-lookup": "Q4_1"}
+BASELINES = {"llamacpp": "BF16", "llamacpp-q4_1": "Q4_1", "llamacpp-q8_0": "Q8_0", "llamacpp-q4_k_m": "Q4_K_M",
+             "llamacpp-lookup": "BF16", "llamacpp-q4_1-lookup": "Q4_1"}
+
+
+def _file(kind: str):
+    """Our engine's flags for one of SmolLM2's GGUF files (llamacpp.smollm2_gguf)."""
+    return lambda _: ["--model", llamacpp.smollm2_gguf(kind), "--tokenizer", NAME, "--dtype", "bfloat16"]
+
+
 # Our engine with these flags (given the --speculative-config), beside the default one; each weight format
-# (--quantization) is one.
+# (--quantization, or a GGUF file) is one.
 VARIANTS = {"floodway-compile-decode": lambda _: ["--compile-decode"],
             "floodway-fp32": lambda _: ["--dtype", "float32", "--quantization", "none"],
             "floodway-bf16": lambda _: ["--dtype", "bfloat16", "--quantization", "none"],
             "floodway-q4_1": lambda _: ["--dtype", "bfloat16", "--quantization", "gguf"],
-            "floodway-q8_0": lambda _: ["--model", llamacpp.smollm2_gguf("Q8_0"), "--tokenizer", NAME, "--dtype",
-                                        "bfloat16"],
+            "floodway-q8_0": _file("Q8_0"), "floodway-q4_k_m": _file("Q4_K_M"),
             "floodway-int8": lambda _: ["--dtype", "bfloat16", "--quantization", "int8"],
             "floodway-int4": lambda _: ["--dtype", "bfloat16", "--quantization", "int4"],
             "floodway-spec": lambda speculative: ["--speculative-config", speculative]}

@@ -1,10 +1,18 @@
-"""A GGUF file's tensors by Hugging Face parameter name: Q8_0, Q4_0 and Q4_1 as their codes and per-block scales
-(`weights.QuantWeight`, never a float copy), F32/F16/BF16 as float tensors.
+"""A GGUF file's tensors by Hugging Face parameter name: quantized types as their codes and per-group scales and
+offsets (`weights.QuantWeight`, never a float copy), F32/F16/BF16 as float tensors.
 
-Block layouts (ggml's): Q8_0 = fp16 d, 32 int8 q (w = d q); Q4_0 = fp16 d, 16 bytes of nibbles (w = d (q - 8));
-Q4_1 = fp16 d, fp16 m, 16 bytes (w = d q + m); byte j holds element j in its low nibble and element j + 16 in its
-high one. llama.cpp's converter reorders the rows of Llama-architecture q/k projections for its rope layout;
-`get` undoes it (rows only, so codes and scales move together).
+Block layouts (ggml's; a nibble pair in byte j holds element j low and j + 16 high unless said otherwise):
+- Q8_0: fp16 d, 32 int8 q; w = d q.  Q4_0: fp16 d, 16 bytes of nibbles; w = d (q - 8).  Q4_1: d, m, nibbles;
+  w = d q + m.  Q5_0 / Q5_1: as Q4_0 / Q4_1 with a 32-bit word of fifth bits (bit j for element j) after the
+  fp16s; w = d (q - 16) / d q + m.
+- K-quants, super-blocks of 256: Q4_K / Q5_K: fp16 d and dmin, 12 bytes of eight 6-bit scales and mins, (Q5_K: 32
+  bytes of fifth bits,) 128 bytes of nibbles in four runs of 64 elements (32 low, then 32 high); w = d sc q - dmin m
+  per 32 elements. Q6_K: 128 bytes of low nibbles, 64 of 2-bit high parts, sixteen int8 scales, fp16 d;
+  w = d sc (q - 32) per 16 elements.
+Each maps into QuantWeight exactly: scale d sc and offset -dmin m (or -16 d, -32 d sc) are products of an fp16 and
+a small integer, exact in float32; 5- and 6-bit codes are held as 8-bit ones.
+llama.cpp's converter reorders the rows of Llama-architecture q/k projections for its rope layout; `get` undoes it
+(rows only, so codes and scales move together).
 """
 
 import numpy as np
@@ -14,11 +22,10 @@ from floodway.engine.quant.weights import QuantWeight
 ARCHITECTURES = ("llama", "qwen2")
 
 
-def _types():
-    import gguf
-
-    t = gguf.GGMLQuantizationType
-    return {t.Q8_0: (8, 34), t.Q4_0: (4, 18), t.Q4_1: (4, 20)}, (t.F32, t.F16, t.BF16)
+# type -> (elements, bytes) per block
+BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
+          "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+FLOATS = ("F32", "F16", "BF16")
 
 
 class GGUFWeights:
@@ -63,23 +70,23 @@ class GGUFWeights:
         dims = tuple(int(d) for d in reversed(t.shape))  # GGUF lists the fastest dimension first
         if dims != tuple(shape):
             raise ValueError(f"{self.path}: tensor {name} has shape {list(dims)}, the model expects {list(shape)}")
-        quant, floats = _types()
-        if t.tensor_type in floats:
+        kind = t.tensor_type.name
+        if kind in FLOATS:
             import gguf
 
             value = torch.from_numpy(np.array(gguf.quants.dequantize(t.data, t.tensor_type), np.float32))
             return self._unpermute(hf_name, value.reshape(shape).float())
-        if t.tensor_type not in quant:
-            raise ValueError(f"{self.path}: tensor {name} is {t.tensor_type.name}; GGUF files load here with Q8_0, "
-                             f"Q4_0, Q4_1, F32, F16 or BF16 tensors (requantize with llama-quantize, or serve a float "
-                             f"checkpoint with --quantization none)")
-        bits, size = quant[t.tensor_type]
+        if kind not in BLOCKS:
+            raise ValueError(f"{self.path}: tensor {name} is {kind}; GGUF files load here with "
+                             f"{', '.join([*BLOCKS, *FLOATS])} tensors (requantize with llama-quantize, or serve a "
+                             f"float checkpoint with --quantization none)")
+        elements, size = BLOCKS[kind]
         out_f, in_f = shape
         data = np.asarray(t.data)
-        if data.size != out_f * in_f // 32 * size:
-            raise ValueError(f"{self.path}: tensor {name} holds {data.size} bytes, {t.tensor_type.name} {list(shape)} "
-                             f"needs {out_f * in_f // 32 * size} (a truncated file?)")
-        return self._unpermute(hf_name, decode(data.reshape(out_f, in_f // 32, size), t.tensor_type.name))
+        if in_f % elements or data.size != out_f * in_f // elements * size:
+            raise ValueError(f"{self.path}: tensor {name} holds {data.size} bytes, {kind} {list(shape)} needs "
+                             f"{out_f * in_f // elements * size} (a truncated file?)")
+        return self._unpermute(hf_name, decode(data.reshape(out_f, in_f // elements, size), kind))
 
     def _unpermute(self, hf_name: str, w):
         if self.arch != "llama" or not hf_name.endswith(("q_proj.weight", "k_proj.weight")):
@@ -92,16 +99,61 @@ class GGUFWeights:
         return w.rows(inverse) if isinstance(w, QuantWeight) else w[inverse]
 
 
+def _f16(b: np.ndarray, at: int) -> torch.Tensor:
+    """The fp16 at byte `at` of each block, as float32 [..., 1]."""
+    return torch.from_numpy(np.ascontiguousarray(b[..., at:at + 2]).view(np.float16).astype(np.float32))
+
+
+def _nibbles(b: np.ndarray) -> np.ndarray:
+    """bytes [..., n] -> [..., 2n]: every low nibble, then every high one."""
+    return np.concatenate([b & 15, b >> 4], -1)
+
+
+def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K's 12 bytes -> eight 6-bit scales and mins: the first four in the low 6 bits of bytes 0-3 and 4-7,
+    the last four in the nibbles of bytes 8-11 with their top two bits in the top bits of bytes 0-3 and 4-7."""
+    sc = np.concatenate([b[..., 0:4] & 63, (b[..., 8:12] & 15) | ((b[..., 0:4] >> 6) << 4)], -1)
+    m = np.concatenate([b[..., 4:8] & 63, (b[..., 8:12] >> 4) | ((b[..., 4:8] >> 6) << 4)], -1)
+    return sc, m
+
+
 def decode(blocks: np.ndarray, kind: str) -> QuantWeight:
-    """blocks uint8 [out, in // 32, block bytes] of one ggml type -> its codes and per-block scales (pure)."""
-    out_f, groups, _ = blocks.shape
-    d = torch.from_numpy(np.ascontiguousarray(blocks[..., :2]).view(np.float16)[..., 0].astype(np.float32))
-    if kind == "Q8_0":
-        q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).astype(np.int16) + 128
-        codes, bits, mins = q.astype(np.uint8), 8, -128 * d
-    else:
-        packed = blocks[..., 4:] if kind == "Q4_1" else blocks[..., 2:]
-        codes, bits = np.concatenate([packed & 15, packed >> 4], -1), 4
-        mins = (torch.from_numpy(np.ascontiguousarray(blocks[..., 2:4]).view(np.float16)[..., 0].astype(np.float32))
-                if kind == "Q4_1" else -8 * d)
-    return QuantWeight(torch.from_numpy(codes).reshape(out_f, groups * 32), d, mins, bits, 32, kind)
+    """blocks uint8 [out, in // block elements, block bytes] of one ggml type -> codes and per-group scales (pure)."""
+    out_f, n = blocks.shape[:2]
+    t = torch.from_numpy
+    if kind in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"):
+        d = _f16(blocks, 0)
+        if kind == "Q8_0":
+            codes, bits, mins = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).astype(np.int16) + 128, 8, -128 * d
+        else:
+            offset = kind.endswith("_1")  # a min after d
+            at = 4 if offset else 2
+            codes, bits = _nibbles(blocks[..., at + 4 * (kind[1] == "5"):]), 4
+            if kind[1] == "5":  # fifth bits: bit j of the little-endian word for element j
+                codes = codes | np.unpackbits(blocks[..., at:at + 4], -1, bitorder="little") << 4
+                bits = 8
+            mins = _f16(blocks, 2) if offset else -(2 ** (3 + (kind[1] == "5"))) * d
+        return QuantWeight(t(codes.astype(np.uint8)).reshape(out_f, n * 32), d[..., 0], mins[..., 0], bits, 32, kind)
+    if kind in ("Q4_K", "Q5_K"):
+        d, dmin = _f16(blocks, 0), _f16(blocks, 2)
+        sc, m = _k_scales(blocks[..., 4:16])
+        qs = blocks[..., -128:].reshape(out_f, n, 4, 32)
+        codes = _nibbles(qs)  # [out, n, 4 runs, 64]
+        bits = 4
+        if kind == "Q5_K":  # bits 2r and 2r + 1 of byte l: elements l of run r's low and high halves
+            high = (blocks[..., 16:48, None] >> np.arange(8, dtype=np.uint8)) & 1  # [out, n, 32 l, 8 bits]
+            codes = codes | (high.transpose(0, 1, 3, 2).reshape(out_f, n, 4, 64) << 4)
+            bits = 8
+        scales, mins = d * t(sc.astype(np.float32)), -dmin * t(m.astype(np.float32))
+        return QuantWeight(t(codes.astype(np.uint8)).reshape(out_f, n * 256), scales.reshape(out_f, n * 8),
+                           mins.reshape(out_f, n * 8), bits, 32, kind)
+    if kind == "Q6_K":
+        # each half of 128: 64 bytes of nibbles (elements l and l + 32 low, l + 64 and l + 96 high) and 32 bytes
+        # holding the high 2 bits of elements l, l + 32, l + 64, l + 96 at bits 0, 2, 4, 6 of byte l
+        low = _nibbles(blocks[..., :128].reshape(out_f, n, 2, 64))
+        high = (blocks[..., 128:192].reshape(out_f, n, 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3
+        codes = low | (high.reshape(out_f, n, 2, 128) << 4)
+        scales = _f16(blocks, 208) * t(np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).astype(np.float32))
+        return QuantWeight(t(codes.astype(np.uint8)).reshape(out_f, n * 256), scales.reshape(out_f, n * 16),
+                           (-32 * scales).reshape(out_f, n * 16), 8, 16, kind)
+    raise ValueError(f"no decoder for GGUF type {kind}")

@@ -12,7 +12,9 @@ side along the input (x repeated), which keeps int8's group-wise scales exact in
 (`kernels/quant_matmul.py`) dequantizes each tile in the GEMM.
 
 Groups: a checkpoint's group (or one group per row) is served as the largest of CPU_GROUPS dividing it, its scales
-repeated (exact). Act-order weights (`QuantWeight.perm`) gather their input columns first. FP8 E4M3 is served on
+repeated (exact). Groups of 16 (GGUF's Q6_K) are taken by the Triton kernel as they are; on CPU each is spread over
+32 columns, the other 16 zero codes against zero inputs (exact, at twice a group of 32's work: no smaller group on
+the packed kernel). Act-order weights (`QuantWeight.perm`) gather their input columns first. FP8 E4M3 is served on
 CUDA only: no CPU kernel multiplies FP8 weights by bf16/fp32 activations (torch's _scaled_mm on CPU wants FP8
 activations too, which changes the numbers, and ran 80x slower than a bf16 matmul), and converting the weights per
 step measured 8x (a 256-entry table) to 50x (torch's cast) a bf16 matmul at SmolLM2's decode shapes, one thread:
@@ -27,6 +29,7 @@ from floodway.engine.quant.weights import QuantWeight
 from torch import nn
 
 CPU_GROUPS = (32, 64, 128, 256)  # the groups the CPU int4 kernel takes
+SPREAD_GROUP = 16  # served spread over CPU_GROUPS[0] columns on CPU
 NO_QUANTIZATION = "--quantization none"
 
 
@@ -57,25 +60,29 @@ def check(name: str, bits: int, group: int | None, device: torch.device, dtype: 
                               f"install triton, or use {alternative}")
     else:
         raise Unsupported(f"no {name} kernel on {device.type}: use {alternative}")
-    if group is not None and served_group(group) is None:
-        raise Unsupported(f"{name} has groups of {group} columns; our kernels take groups of {CPU_GROUPS} columns "
-                          f"or multiples of them: use {alternative}")
+    if group is not None and served_group(group) is None and group != SPREAD_GROUP:
+        raise Unsupported(f"{name} has groups of {group} columns; our kernels take groups of {SPREAD_GROUP} or "
+                          f"{CPU_GROUPS} columns or multiples of them: use {alternative}")
     if bits not in (4, 8):
         raise Unsupported(f"{name}: {bits}-bit codes have no kernel here (4 and 8 do): use {alternative}")
 
 
 def make(w: QuantWeight, bias: torch.Tensor | None, device: torch.device, dtype: torch.dtype) -> nn.Module:
     check(w.name, w.bits, w.group, device, dtype, w.e4m3)
-    if served_group(w.group) != w.group:
+    if served_group(w.group) not in (w.group, None):
         w = weights.regroup(w, served_group(w.group))
     if device.type == "cpu":
-        return CpuInt4Linear(w, bias, dtype) if w.bits == 4 else CpuInt8Linear(w, bias, dtype)
+        spread = w.group if w.group == SPREAD_GROUP else None
+        if spread:
+            w = weights.spread(w, CPU_GROUPS[0])
+        return (CpuInt4Linear if w.bits == 4 else CpuInt8Linear)(w, bias, dtype, spread)
     return TritonLinear(w, bias, device, dtype)
 
 
-def _inputs(x: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
-    """x's columns in the order the codes hold them (act-order weights)."""
-    return x if perm is None else x.index_select(-1, perm)
+def _inputs(x: torch.Tensor, perm: torch.Tensor | None, spread: int | None = None) -> torch.Tensor:
+    """x's columns in the order the codes hold them (act-order weights), with the zero columns of a spread weight."""
+    x = x if perm is None else x.index_select(-1, perm)
+    return x if spread is None else weights.spread_inputs(x, spread, CPU_GROUPS[0])
 
 
 def kernel_of(module: nn.Module) -> str:
@@ -94,12 +101,15 @@ def _tinygemm(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, dtyp
 
 
 class _CpuLinear(nn.Module):
-    def __init__(self, w: QuantWeight, bias: torch.Tensor | None, dtype: torch.dtype):
+    def __init__(self, w: QuantWeight, bias: torch.Tensor | None, dtype: torch.dtype, spread: int | None):
+        """spread: the weight's own group where `weights.spread` laid it over w.group columns (None: not spread)."""
         super().__init__()
-        self.out_features, self.in_features = w.shape
-        self.group, self.perm = w.group, w.perm
+        self.out_features, in_f = w.shape
+        self.in_features = in_f if spread is None else in_f // w.group * spread
+        self.group, self.perm, self.spread = w.group, w.perm, spread
         self.bias = None if bias is None else bias.detach().to(dtype)
-        self.kernel = f"aten._weight_int4pack_mm_for_cpu ({w.name}, group {w.group}{self.KERNEL_NOTE})"
+        note = self.KERNEL_NOTE + (f", groups of {spread} spread over {w.group}" if spread else "")
+        self.kernel = f"aten._weight_int4pack_mm_for_cpu ({w.name}, group {w.group}{note})"
 
     def _mm(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
@@ -109,29 +119,48 @@ class _CpuLinear(nn.Module):
 class CpuInt4Linear(_CpuLinear):
     KERNEL_NOTE = ""
 
-    def __init__(self, w: QuantWeight, bias, dtype):
-        super().__init__(w, bias, dtype)
+    def __init__(self, w: QuantWeight, bias, dtype, spread=None):
+        super().__init__(w, bias, dtype, spread)
         # codes * s + m = (codes - 8) * s + (m + 8 s)
         self.packed, self.scale_zero = _tinygemm(w.codes, w.scales, w.mins + 8 * w.scales, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._mm(_inputs(x, self.perm))
+        return self._mm(_inputs(x, self.perm, self.spread))
 
 
 class CpuInt8Linear(_CpuLinear):
     KERNEL_NOTE = ", int8 as two nibble planes"
 
-    def __init__(self, w: QuantWeight, bias, dtype):
-        super().__init__(w, bias, dtype)
-        # codes = 16 hi + lo: s * codes + m = [(hi - 8) * 16s + (m + 128 s)] + [(lo - 8) * s + 8 s]
+    def __init__(self, w: QuantWeight, bias, dtype, spread=None):
+        super().__init__(w, bias, dtype, spread)
+        # codes + c = 16 hi + lo: s * codes + m = [(hi - 8) * 16s + (m + (128 - c) s)] + [(lo - 8) * s + 8 s]. c
+        # centres codes of fewer bits (GGUF's 5- and 6-bit ones) on 128, so that hi - 8 stays small: otherwise the
+        # bf16-rounded 16s and zero are large terms that cancel (5-bit codes measured 10x Q8_0's error).
         s, m = w.scales, w.mins
-        codes = torch.cat([w.codes >> 4, w.codes & 15], 1)
-        self.packed, self.scale_zero = _tinygemm(codes, torch.cat([16 * s, s], 1), torch.cat([m + 128 * s, 8 * s], 1),
-                                                 dtype)
+        used = int(w.codes.max()).bit_length()
+        c = 128 - (1 << used) // 2 if used < 8 else 0
+        codes = w.codes.to(torch.int32) + c
+        self.packed, self.scale_zero = _tinygemm(torch.cat([codes >> 4, codes & 15], 1), torch.cat([16 * s, s], 1),
+                                                 torch.cat([m + (128 - c) * s, 8 * s], 1), dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = _inputs(x, self.perm)
+        x = _inputs(x, self.perm, self.spread)
         return self._mm(torch.cat([x, x], -1))
+
+
+class Stacked(nn.Module):
+    """Linears reading one input, their outputs side by side: projections a file quantized differently, which no one
+    kernel call takes together."""
+
+    def __init__(self, parts: list[nn.Module]):
+        super().__init__()
+        self.parts = nn.ModuleList(parts)
+        self.in_features = parts[0].in_features
+        self.out_features = sum(p.out_features for p in parts)
+        self.kernel = " + ".join(kernel_of(p) for p in parts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([p(x) for p in self.parts], -1)
 
 
 class TritonLinear(nn.Module):

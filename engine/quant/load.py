@@ -9,6 +9,7 @@ the head too where the file quantizes it), so they need it: transformers' module
 in float.
 """
 
+import itertools
 import json
 import logging
 import pathlib
@@ -175,10 +176,18 @@ def quantize(p: Plan, hf, decoder, device: torch.device, dtype: torch.dtype) -> 
 def _from_file(source, shapes: dict, names: list[str], device, dtype) -> nn.Module:
     """One linear stacking the named projections' weights (and biases, where the file has them)."""
     parts = [source.get(f"{n}.weight", shapes[f"{n}.weight"]) for n in names]
-    bias = torch.cat([source.get(f"{n}.bias", shapes[f"{n}.bias"]) for n in names]) \
-        if f"{names[0]}.bias" in shapes else None
+    biases = [source.get(f"{n}.bias", shapes[f"{n}.bias"]) for n in names] if f"{names[0]}.bias" in shapes else None
+    bias = None if biases is None else torch.cat(biases)
     if all(isinstance(w, weights.QuantWeight) for w in parts):
-        return linear.make(weights.merge(parts), bias, device, dtype)
+        # projections quantized alike merge into one linear; a file that mixes types (llama.cpp's K-quant files give
+        # v_proj more bits than q/k) gets one linear per run of alike ones
+        runs, at = [], 0
+        for _, run in itertools.groupby(parts, weights.kind):
+            run = list(run)
+            runs.append(linear.make(weights.merge(run), None if biases is None else torch.cat(biases[at:at + len(run)]),
+                                    device, dtype))
+            at += len(run)
+        return runs[0] if len(runs) == 1 else linear.Stacked(runs)
     if any(isinstance(w, weights.QuantWeight) for w in parts):
         raise ValueError(f"{source.path}: {', '.join(names)} mix quantized and float tensors; they are served as "
                          f"one linear here")

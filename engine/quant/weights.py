@@ -44,10 +44,15 @@ class QuantWeight:
         return replace(self, codes=self.codes[index], scales=self.scales[index], mins=self.mins[index])
 
 
+def kind(w: QuantWeight) -> tuple:
+    """What weights must share to merge into one linear."""
+    return w.bits, w.group, w.name, w.e4m3
+
+
 def merge(parts: list[QuantWeight]) -> QuantWeight:
     """The weights stacked by rows (one linear computing the parts' outputs side by side)."""
     first = parts[0]
-    if any((p.bits, p.group, p.name, p.e4m3) != (first.bits, first.group, first.name, first.e4m3) for p in parts):
+    if any(kind(p) != kind(first) for p in parts):
         raise ValueError(f"cannot merge projections quantized differently: {sorted({p.name for p in parts})}")
     if any(not _same(p.perm, first.perm) for p in parts):
         # they share one input, so one permutation; GPTQ gives projections of one input the same act-order
@@ -65,6 +70,21 @@ def regroup(w: QuantWeight, group: int) -> QuantWeight:
     """The same weight with groups of `group` columns, dividing its own: each scale and min repeated (exact)."""
     return replace(w, scales=w.scales.repeat_interleave(w.group // group, 1),
                    mins=w.mins.repeat_interleave(w.group // group, 1), group=group)
+
+
+def spread(w: QuantWeight, group: int) -> QuantWeight:
+    """The same weight over groups of `group` columns, a multiple of its own: each group's codes followed by zero
+    codes, scales and mins unchanged. Exact where the input has zeros at the added columns (`spread_inputs`)."""
+    out_f, in_f = w.shape
+    pad = torch.zeros(out_f, in_f // w.group, group - w.group, dtype=w.codes.dtype)
+    return replace(w, codes=torch.cat([w.codes.view(out_f, -1, w.group), pad], -1).reshape(out_f, -1), group=group)
+
+
+def spread_inputs(x: torch.Tensor, group: int, to: int) -> torch.Tensor:
+    """x [T, in] with `to - group` zero columns after each `group` columns, as `spread` lays out the codes."""
+    t, in_f = x.shape
+    chunks = x.view(t, in_f // group, group)
+    return torch.cat([chunks, chunks.new_zeros(t, in_f // group, to - group)], -1).view(t, -1)
 
 
 def rtn(weight: torch.Tensor, bits: int, group: int = RTN_GROUP) -> QuantWeight:

@@ -31,7 +31,7 @@ def test_cli_prints_the_version():
 
 
 def test_license_is_the_one_the_package_declares():
-    assert PYPROJECT["project"]["license"] == {"text": "Apache-2.0"}
+    assert PYPROJECT["project"]["license"] == "Apache-2.0"  # an SPDX expression (PEP 639)
     text = (REPO_ROOT / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
 

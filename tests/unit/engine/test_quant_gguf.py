@@ -1,13 +1,14 @@
 """GGUF files served as they ship: seeded Llama and Qwen2 models written by the `gguf` package (its GGUFWriter and
-its own quantizers, q/k rows reordered as llama.cpp's converter does: engine/bench/gguf_export.py), read by our
-loader tensor for tensor equal to what transformers' GGUF loader dequantizes, and served by the engine with logits
-close to transformers' on those dequantized weights. Bad files and settings are refused with errors that say what
-to do."""
+its own quantizers, q/k rows reordered as llama.cpp's converter does: engine/bench/gguf_export.py), K-quant files
+made from their F32 form by llama.cpp's llama-quantize (e2e/llamacpp/build.sh builds it), read by our loader tensor
+for tensor equal to what transformers' GGUF loader dequantizes, and served by the engine with logits close to
+transformers' on those dequantized weights. Bad files and settings are refused with errors that say what to do."""
 
 import math
 
 import pytest
 import torch
+from floodway.engine.bench import llamacpp
 from floodway.engine.bench.gguf_export import write_gguf
 from floodway.engine.config import EngineConfig
 from floodway.engine.model_runner import ModelRunner
@@ -28,13 +29,23 @@ def files(tmp_path_factory):
         if (arch, kind) not in made:
             root = tmp_path_factory.mktemp(f"{arch}-{kind}")
             folder = write_random_model(root / "hf", arch, seed=5, intermediate_size=512)
-            write_gguf(folder, root / f"model.{kind}.gguf", kind)
+            if kind in llamacpp.K_QUANTS:
+                write_gguf(folder, root / "model.F32.gguf", "F32")
+                llamacpp.llama_quantize(str(root / "model.F32.gguf"), root / f"model.{kind}.gguf", kind)
+            else:
+                write_gguf(folder, root / f"model.{kind}.gguf", kind)
             made[arch, kind] = (str(root / f"model.{kind}.gguf"), folder)
         return made[arch, kind]
     return get
 
 
-@pytest.mark.parametrize("arch,kind", [("llama", "Q4_1"), ("qwen2", "Q8_0"), ("llama", "Q4_0")])
+CASES = [("llama", "Q4_1"), ("qwen2", "Q8_0"), ("llama", "Q4_0"), ("qwen2", "Q5_0"), ("llama", "Q5_1"),
+         ("llama", "Q4_K_M"), ("qwen2", "Q5_K_M"), ("llama", "Q6_K")]
+# the tensor types llama-quantize wrote (every matrix here is in whole 256-element super-blocks)
+K_TYPES = {"Q4_K_M": {"Q4_K", "Q6_K"}, "Q5_K_M": {"Q5_K", "Q6_K"}, "Q6_K": {"Q6_K"}}
+
+
+@pytest.mark.parametrize("arch,kind", CASES)
 def test_loader_tensors_equal_transformers_gguf_dequantization(files, arch, kind):
     from transformers import AutoModelForCausalLM
 
@@ -51,6 +62,8 @@ def test_loader_tensors_equal_transformers_gguf_dequantization(files, arch, kind
         torch.testing.assert_close(got, t, rtol=0, atol=0, msg=name)
         checked += 1
     assert checked >= 7 * ref.config.num_hidden_layers
+    if kind in K_TYPES:
+        assert {t.tensor_type.name for t in ours.reader.tensors if len(t.shape) == 2} == K_TYPES[kind]
 
 
 def _all_logits(runner, ids):
@@ -60,14 +73,17 @@ def _all_logits(runner, ids):
     return torch.cat([out[1:], out[:1]])
 
 
-@pytest.mark.parametrize("arch,kind", [("llama", "Q4_1"), ("qwen2", "Q8_0"), ("llama", "Q4_0")])
+@pytest.mark.parametrize("arch,kind", CASES)
 def test_engine_serves_the_file_as_transformers_computes_it(files, arch, kind):
     from transformers import AutoModelForCausalLM
 
     path, tokenizer = files(arch, kind)
     runner = ModelRunner(EngineConfig(model=path, tokenizer=tokenizer, num_kv_blocks=8))
     assert runner.weights.method == "gguf" and runner.dtype == torch.bfloat16
-    assert all(kind in runner.linear_kernels[s] for s in ("qkv", "o_proj", "gate_up", "down_proj"))
+    for kernel in (runner.linear_kernels[s] for s in ("qkv", "o_proj", "gate_up", "down_proj")):
+        assert any(k in kernel for k in K_TYPES.get(kind, {kind})), kernel
+    if kind == "Q4_K_M":  # llama-quantize gives some layers' v_proj Q6_K: q/k/v served as two linears side by side
+        assert " + " in runner.linear_kernels["qkv"]
     ids = list(range(5, 45))
     got = _all_logits(runner, ids)
     ref = AutoModelForCausalLM.from_pretrained(path.rsplit("/", 1)[0], gguf_file=path.rsplit("/", 1)[1],
@@ -94,9 +110,9 @@ def test_truncated_and_foreign_files_are_refused(files, tmp_path):
 
 def test_unsupported_tensor_types_are_named(files, tmp_path):
     _, folder = files("llama", "Q4_1")
-    path = tmp_path / "q5.gguf"
-    write_gguf(folder, path, "Q5_0")
-    with pytest.raises(ValueError, match="is Q5_0; GGUF files load here with Q8_0, Q4_0, Q4_1"):
+    path = tmp_path / "tq2.gguf"
+    write_gguf(folder, path, "TQ2_0")  # ternary: no kernel here
+    with pytest.raises(ValueError, match="is TQ2_0; GGUF files load here with Q8_0, Q4_0, Q4_1, Q5_0"):
         ModelRunner(EngineConfig(model=str(path), tokenizer=folder, num_kv_blocks=8))
 
 

@@ -1,6 +1,7 @@
 """The Triton dequantizing GEMM against x @ w.T of the dequantized weight: in Triton's interpreter on the CPU (a
 child pytest with TRITON_INTERPRET=1, as test_paged_kernel.py explains), compiled on CUDA, and compiled for sm_90
-without a GPU. Weights from the `gguf` package's own quantizers and from our round-to-nearest."""
+without a GPU. Weights from the `gguf` package's own quantizers, random K-quant blocks (tests/gguf_blocks.py) and
+our round-to-nearest."""
 
 import os
 import subprocess
@@ -23,8 +24,8 @@ if not INTERPRETED and DEVICE == "cpu":
         assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
         assert " passed" in child.stdout and "skipped" not in child.stdout, child.stdout[-2000:]
 
-    @pytest.mark.parametrize("bits,e4m3", [(4, False), (8, False), (8, True)])
-    def test_kernel_compiles_for_hopper(bits, e4m3):
+    @pytest.mark.parametrize("bits,e4m3,group", [(4, False, 32), (8, False, 32), (8, True, 32), (8, False, 16)])
+    def test_kernel_compiles_for_hopper(bits, e4m3, group):
         """What the interpreter cannot show: the kernel passes Triton's compiler down to an sm_90 cubin (its bundled
         ptxas; no GPU needed). bf16, the GPU default."""
         triton = pytest.importorskip("triton", reason="triton is not installed (the CPU engine image leaves it out)")
@@ -33,8 +34,8 @@ if not INTERPRETED and DEVICE == "cpu":
         from triton.compiler import ASTSource
 
         fn = quant_matmul._kernel
-        constexprs = dict(BITS=bits, GROUP=32, HAS_BIAS=True, DOT=triton.language.bfloat16, PRECISION="tf32",
-                          BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, E4M3=e4m3)
+        constexprs = dict(BITS=bits, GROUP=group, HAS_BIAS=True, DOT=triton.language.bfloat16, PRECISION="tf32",
+                          BLOCK_M=16, BLOCK_N=64, BLOCK_K=min(group, 64), E4M3=e4m3)
         ptrs = {"x": "*bf16", "codes": "*u8", "scales": "*fp32", "mins": "*fp32", "bias": "*bf16", "out": "*bf16"}
         signature = {a: "constexpr" if a in constexprs else ptrs.get(a, "i32") for a in fn.arg_names}
         compiled = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32))
@@ -74,6 +75,23 @@ class TestKernelCases:
         want = x.float() @ qw.dequantize().T + bias.to(dtype).float()
         tol = 1e-4 if dtype == torch.float32 else 2e-2  # bf16: the dequantized tile and output rounded to 2^-8
         assert (got - want).abs().max().item() <= tol * want.abs().max().item()
+
+    @pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K"])
+    def test_cases_k_quants_match_the_dequantized_weight(self, kind):
+        """K-quant blocks (random, dequantized by the gguf package) as the engine serves them on CUDA: Q6_K in its
+        own groups of 16."""
+        from floodway.engine.quant import linear
+        from floodway.engine.quant.gguf_weights import decode
+
+        from tests.gguf_blocks import random_blocks
+
+        pytest.importorskip("gguf")
+        blocks, reference = random_blocks(kind, 40, 256, seed=6)
+        qw = decode(blocks, kind)
+        x = torch.randn(3, 256, generator=torch.Generator().manual_seed(7))
+        got = linear.TritonLinear(qw, None, torch.device(DEVICE), torch.float32)(x.to(DEVICE)).cpu()
+        want = x @ torch.from_numpy(reference).T
+        assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item()
 
     def test_cases_wrong_group_is_caught(self):
         from floodway.engine.kernels import quant_matmul

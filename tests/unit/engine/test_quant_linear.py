@@ -1,24 +1,37 @@
-"""Quantized weights and their CPU kernels against float references: GGUF blocks decoded against the `gguf` package's
-own dequantizer, round-to-nearest within half a step of the float weight, each kernel against x @ w.T of the
-dequantized weight, and the errors a loader could make (wrong group size, swapped scales, wrong zero point) caught
-by the same comparisons."""
+"""Quantized weights and their CPU kernels against float references: GGUF blocks (its own quantizer's, and random
+blocks of every type we load, K-quants included) decoded against the `gguf` package's own dequantizer,
+round-to-nearest within half a step of the float weight, each kernel against x @ w.T of the dequantized weight, and
+the errors a loader could make (wrong group size, swapped scales, wrong zero point) caught by the same comparisons."""
 
 import numpy as np
 import pytest
 import torch
 from floodway.engine.quant import linear, weights
-from floodway.engine.quant.gguf_weights import decode
+from floodway.engine.quant.gguf_weights import BLOCKS, decode
+
+from tests.gguf_blocks import random_blocks
 
 gguf = pytest.importorskip("gguf")
 CPU = torch.device("cpu")
-BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}
 
 
 def _gguf_quantized(kind: str, out_f=96, in_f=192, seed=0) -> tuple[weights.QuantWeight, np.ndarray]:
     w = np.random.default_rng(seed).standard_normal((out_f, in_f)).astype(np.float32)
     qtype = gguf.GGMLQuantizationType[kind]
     raw = gguf.quants.quantize(w, qtype)
-    return decode(raw.reshape(out_f, in_f // 32, BLOCK_BYTES[kind]), kind), gguf.quants.dequantize(raw, qtype)
+    return decode(raw.reshape(out_f, in_f // 32, BLOCKS[kind][1]), kind), gguf.quants.dequantize(raw, qtype)
+
+
+def _random_blocks(kind: str, out_f=96, in_f=512, seed=0) -> tuple[weights.QuantWeight, np.ndarray]:
+    blocks, reference = random_blocks(kind, out_f, in_f, seed)
+    return decode(blocks, kind), reference
+
+
+@pytest.mark.parametrize("kind", list(BLOCKS))
+def test_every_block_pattern_decodes_to_the_reference_values(kind):
+    qw, reference = _random_blocks(kind)
+    assert int(qw.codes.max()) < 2 ** {"Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 6}.get(kind, qw.bits)
+    np.testing.assert_array_equal(qw.dequantize().numpy(), reference)
 
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1"])
@@ -68,6 +81,16 @@ def test_cpu_kernel_matches_the_dequantized_weight(kind, rows):
     assert rel < 1e-2, rel  # bf16 activations and scales: a few ulp of bf16 (2^-8) over the sum
     assert "_weight_int4pack_mm_for_cpu" in lin.kernel and kind in lin.kernel
     assert lin.in_features == 224 and lin.out_features == 160
+
+
+@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"])
+def test_cpu_kernel_serves_five_six_bit_and_k_quant_blocks(kind):
+    """Q6_K's groups of 16 spread over 32 columns; 5- and 6-bit codes on the int8 path, centred so that their bf16
+    scales and zeros do not cancel (uncentred, Q5_0 measured 0.03 here, 10x the bound)."""
+    qw = _random_blocks(kind, out_f=96, in_f=512, seed=4)[0]
+    rel, lin = _kernel_vs_reference(qw, torch.randn(96), rows=7)
+    assert rel < 1e-2, rel
+    assert lin.in_features == 512 and ("spread" in lin.kernel) == (kind == "Q6_K")
 
 
 def _broken(qw: weights.QuantWeight, how: str) -> weights.QuantWeight:
