@@ -1,6 +1,7 @@
 """Loads a transformers causal LM and runs one packed forward per step with our paged attention: in our own decoder
 where the architecture has one (engine/models/llama.py), else in transformers' modules."""
 
+import ctypes
 import logging
 
 import torch
@@ -73,6 +74,7 @@ class ModelRunner:
             num_kv_heads=getattr(hf, "num_key_value_heads", None) or num_heads,
             head_dim=getattr(hf, "head_dim", None) or hf.hidden_size // num_heads,
             block_size=cfg.block_size, dtype=self.dtype)
+        _return_freed_memory()
         self.num_blocks = kv_cache.num_blocks_for(cfg, self.shape, self.max_model_len, self.device)
         # The captured step calls the Triton decode kernel: without triton, CUDA steps stay eager on SDPA.
         use_graphs = self.device.type == "cuda" and not cfg.enforce_eager and attention.KERNELS_AVAILABLE
@@ -120,6 +122,16 @@ def _max_model_len(cfg: EngineConfig, hf) -> int:
     if cfg.max_model_len > limit:
         raise ValueError(f"max_model_len {cfg.max_model_len} exceeds the model's limit of {limit} positions")
     return cfg.max_model_len
+
+
+def _return_freed_memory() -> None:
+    """Hands the heap's free pages back to the OS (glibc's malloc_trim). Loading frees hundreds of MB of temporaries
+    (decoded codes, packing copies) in pieces glibc would otherwise keep: 274 MB of SmolLM2's Q4_1 load stayed
+    resident. Elsewhere (not glibc) a no-op."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _eos_ids(path: str, tokenizer, generation_config_cls) -> set[int]:

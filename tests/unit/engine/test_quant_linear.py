@@ -83,6 +83,17 @@ def test_cpu_kernel_matches_the_dequantized_weight(kind, rows):
     assert lin.in_features == 224 and lin.out_features == 160
 
 
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_packing_in_row_chunks_serves_the_same_weight(kind, monkeypatch):
+    """The packer runs a chunk of rows at a time (its int32 copy is 4 bytes a weight): chunks of 64 rows and a last
+    short one give the weight packed whole."""
+    qw = _gguf_quantized(kind, out_f=176, in_f=192)[0]
+    x = torch.randn(3, 192).to(torch.bfloat16)
+    whole = linear.make(qw, None, CPU, torch.bfloat16)(x)
+    monkeypatch.setattr(linear, "PACK_ROWS", 64)  # 64 + 64 + 48 rows
+    assert torch.equal(linear.make(qw, None, CPU, torch.bfloat16)(x), whole)
+
+
 @pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"])
 def test_cpu_kernel_serves_five_six_bit_and_k_quant_blocks(kind):
     """Q6_K's groups of 16 spread over 32 columns; 5- and 6-bit codes on the int8 path, centred so that their bf16
