@@ -6,7 +6,7 @@ import numpy as np
 from floodway.engine.quant.gguf_weights import BLOCKS
 
 FP16_AT = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q4_K": (0, 2),
-           "Q5_K": (0, 2), "Q6_K": (208,)}  # byte offsets of each block's fp16 fields
+           "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,)}  # byte offsets of each block's fp16 fields
 
 
 def random_blocks(kind: str, out_f: int, in_f: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -8,9 +8,12 @@ Block layouts (ggml's; a nibble pair in byte j holds element j low and j + 16 hi
 - K-quants, super-blocks of 256: Q4_K / Q5_K: fp16 d and dmin, 12 bytes of eight 6-bit scales and mins, (Q5_K: 32
   bytes of fifth bits,) 128 bytes of nibbles in four runs of 64 elements (32 low, then 32 high); w = d sc q - dmin m
   per 32 elements. Q6_K: 128 bytes of low nibbles, 64 of 2-bit high parts, sixteen int8 scales, fp16 d;
-  w = d sc (q - 32) per 16 elements.
-Each maps into QuantWeight exactly: scale d sc and offset -dmin m (or -16 d, -32 d sc) are products of an fp16 and
-a small integer, exact in float32; 5- and 6-bit codes are held as 8-bit ones.
+  w = d sc (q - 32) per 16 elements. Q2_K: sixteen bytes of a 4-bit scale (low) and min (high), 64 bytes of 2-bit
+  codes, fp16 d and dmin; w = d sc q - dmin m per 16. Q3_K: 32 bytes of third bits, 64 of 2-bit codes, twelve bytes
+  of sixteen 6-bit scales, fp16 d; w = d (sc - 32) (q - 4) per 16. The 2-bit codes of a half of 128 elements: byte
+  l's bits 2j and 2j + 1 are element 32j + l's; Q3_K's third bit of element 128n + 32j + l is bit 4n + j of byte l.
+Each maps into QuantWeight exactly: scale d sc and offset -dmin m (or -16 d, -32 d sc, -4 d sc) are products of an
+fp16 and a small integer, exact in float32; 2- and 3-bit codes are held as 4-bit ones, 5- and 6-bit as 8-bit.
 llama.cpp's converter reorders the rows of Llama-architecture q/k projections for its rope layout; `get` undoes it
 (rows only, so codes and scales move together).
 """
@@ -24,7 +27,7 @@ ARCHITECTURES = ("llama", "qwen2")
 
 # type -> (elements, bytes) per block
 BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
-          "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+          "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
 FLOATS = ("F32", "F16", "BF16")
 
 
@@ -156,4 +159,22 @@ def decode(blocks: np.ndarray, kind: str) -> QuantWeight:
         scales = _f16(blocks, 208) * t(np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).astype(np.float32))
         return QuantWeight(t(codes.astype(np.uint8)).reshape(out_f, n * 256), scales.reshape(out_f, n * 16),
                            (-32 * scales).reshape(out_f, n * 16), 8, 16, kind)
+    if kind in ("Q2_K", "Q3_K"):
+        at = 32 if kind == "Q3_K" else 16  # the 2-bit codes follow Q3_K's third bits, Q2_K's scales
+        q = blocks[..., at:at + 64].reshape(out_f, n, 2, 1, 32)  # [.., half, 1, l]
+        codes = (q >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # [.., half, j, l]: element 128 half + 32 j + l
+        if kind == "Q2_K":
+            d, dmin, sc = _f16(blocks, 80), _f16(blocks, 82), blocks[..., :16]
+            scales, mins = d * t((sc & 15).astype(np.float32)), -dmin * t((sc >> 4).astype(np.float32))
+        else:
+            third = (blocks[..., :32, None] >> np.arange(8, dtype=np.uint8)) & 1  # [.., l, bit 4 half + j]
+            codes = codes | (third.transpose(0, 1, 3, 2).reshape(out_f, n, 2, 4, 32) << 2)
+            b = blocks[..., 96:108]
+            low = np.concatenate([b[..., :8] & 15, b[..., :8] >> 4], -1)
+            high = (b[..., 8:12, None] >> (2 * np.arange(4, dtype=np.uint8))) & 3  # [.., i % 4, i // 4]
+            sc = low.astype(np.int16) | (high.transpose(0, 1, 3, 2).reshape(out_f, n, 16) << 4)
+            scales = _f16(blocks, 108) * t((sc - 32).astype(np.float32))
+            mins = -4 * scales
+        return QuantWeight(t(codes.astype(np.uint8)).reshape(out_f, n * 256), scales.reshape(out_f, n * 16),
+                           mins.reshape(out_f, n * 16), 4, 16, kind)
     raise ValueError(f"no decoder for GGUF type {kind}")

@@ -122,13 +122,23 @@ class _CpuLinear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
+def _centred(codes: torch.Tensor, bits: int) -> tuple[torch.Tensor, int]:
+    """(codes + c, c): c centres codes that use fewer than `bits` bits (GGUF's 2-, 3-, 5- and 6-bit ones) on
+    2^(bits - 1), the kernel's own offset, so that the bf16-rounded scale and zero it multiplies are not large terms
+    that cancel (uncentred, 5-bit codes on the int8 path measured 10x Q8_0's error). Still below 2^bits."""
+    used = int(codes.max()).bit_length()
+    c = (1 << bits - 1) - (1 << used) // 2 if used < bits else 0
+    return codes + c, c
+
+
 class CpuInt4Linear(_CpuLinear):
     KERNEL_NOTE = ""
 
     def __init__(self, w: QuantWeight, bias, dtype, spread=None):
         super().__init__(w, bias, dtype, spread)
-        # codes * s + m = (codes - 8) * s + (m + 8 s)
-        self.packed, self.scale_zero = _tinygemm(w.codes, w.scales, w.mins + 8 * w.scales, dtype)
+        # codes + c: s * codes + m = (codes + c - 8) * s + (m + (8 - c) s)
+        codes, c = _centred(w.codes, 4)
+        self.packed, self.scale_zero = _tinygemm(codes, w.scales, w.mins + (8 - c) * w.scales, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._mm(_inputs(x, self.perm, self.spread))
@@ -139,13 +149,9 @@ class CpuInt8Linear(_CpuLinear):
 
     def __init__(self, w: QuantWeight, bias, dtype, spread=None):
         super().__init__(w, bias, dtype, spread)
-        # codes + c = 16 hi + lo: s * codes + m = [(hi - 8) * 16s + (m + (128 - c) s)] + [(lo - 8) * s + 8 s]. c
-        # centres codes of fewer bits (GGUF's 5- and 6-bit ones) on 128, so that hi - 8 stays small: otherwise the
-        # bf16-rounded 16s and zero are large terms that cancel (5-bit codes measured 10x Q8_0's error).
+        # codes + c = 16 hi + lo: s * codes + m = [(hi - 8) * 16s + (m + (128 - c) s)] + [(lo - 8) * s + 8 s]
         s, m = w.scales, w.mins
-        used = int(w.codes.max()).bit_length()
-        c = 128 - (1 << used) // 2 if used < 8 else 0
-        codes = w.codes + c  # uint8: codes of `used` < 8 bits plus c stay below 2^(used - 1) + 128
+        codes, c = _centred(w.codes, 8)
         self.packed, self.scale_zero = _tinygemm(torch.cat([codes >> 4, codes & 15], 1), torch.cat([16 * s, s], 1),
                                                  torch.cat([m + (128 - c) * s, 8 * s], 1), dtype)
 

@@ -24,7 +24,8 @@ if not INTERPRETED and DEVICE == "cpu":
         assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
         assert " passed" in child.stdout and "skipped" not in child.stdout, child.stdout[-2000:]
 
-    @pytest.mark.parametrize("bits,e4m3,group", [(4, False, 32), (8, False, 32), (8, True, 32), (8, False, 16)])
+    @pytest.mark.parametrize("bits,e4m3,group", [(4, False, 32), (8, False, 32), (8, True, 32), (8, False, 16),
+                                                 (4, False, 16)])
     def test_kernel_compiles_for_hopper(bits, e4m3, group):
         """What the interpreter cannot show: the kernel passes Triton's compiler down to an sm_90 cubin (its bundled
         ptxas; no GPU needed). bf16, the GPU default."""
@@ -76,10 +77,10 @@ class TestKernelCases:
         tol = 1e-4 if dtype == torch.float32 else 2e-2  # bf16: the dequantized tile and output rounded to 2^-8
         assert (got - want).abs().max().item() <= tol * want.abs().max().item()
 
-    @pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K"])
+    @pytest.mark.parametrize("kind", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
     def test_cases_k_quants_match_the_dequantized_weight(self, kind):
         """K-quant blocks (random, dequantized by the gguf package) as the engine serves them on CUDA: Q6_K in its
-        own groups of 16."""
+        own groups of 16, as Q2_K and Q3_K."""
         from floodway.engine.quant import linear
         from floodway.engine.quant.gguf_weights import decode
 

@@ -30,7 +30,8 @@ def _random_blocks(kind: str, out_f=96, in_f=512, seed=0) -> tuple[weights.Quant
 @pytest.mark.parametrize("kind", list(BLOCKS))
 def test_every_block_pattern_decodes_to_the_reference_values(kind):
     qw, reference = _random_blocks(kind)
-    assert int(qw.codes.max()) < 2 ** {"Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 6}.get(kind, qw.bits)
+    bits = {"Q2_K": 2, "Q3_K": 3, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 6}.get(kind, qw.bits)
+    assert int(qw.codes.max()) < 2 ** bits
     np.testing.assert_array_equal(qw.dequantize().numpy(), reference)
 
 
@@ -94,14 +95,15 @@ def test_packing_in_row_chunks_serves_the_same_weight(kind, monkeypatch):
     assert torch.equal(linear.make(qw, None, CPU, torch.bfloat16)(x), whole)
 
 
-@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
 def test_cpu_kernel_serves_five_six_bit_and_k_quant_blocks(kind):
-    """Q6_K's groups of 16 spread over 32 columns; 5- and 6-bit codes on the int8 path, centred so that their bf16
-    scales and zeros do not cancel (uncentred, Q5_0 measured 0.03 here, 10x the bound)."""
+    """Groups of 16 (Q2_K, Q3_K, Q6_K) spread over 32 columns; 2- and 3-bit codes on the int4 path and 5- and 6-bit
+    ones on the int8 path, centred so that their bf16 scales and zeros do not cancel (uncentred, Q5_0 measured 0.03
+    here, 10x the bound)."""
     qw = _random_blocks(kind, out_f=96, in_f=512, seed=4)[0]
     rel, lin = _kernel_vs_reference(qw, torch.randn(96), rows=7)
     assert rel < 1e-2, rel
-    assert lin.in_features == 512 and ("spread" in lin.kernel) == (kind == "Q6_K")
+    assert lin.in_features == 512 and ("spread" in lin.kernel) == (kind in ("Q2_K", "Q3_K", "Q6_K"))
 
 
 def _broken(qw: weights.QuantWeight, how: str) -> weights.QuantWeight:
