@@ -112,6 +112,11 @@ def _nibbles(b: np.ndarray) -> np.ndarray:
     return np.concatenate([b & 15, b >> 4], -1)
 
 
+def _bits(b: np.ndarray) -> np.ndarray:
+    """bytes [..., n] -> [..., n, 8]: each byte's bits, lowest first."""
+    return np.unpackbits(b[..., None], -1, bitorder="little")
+
+
 def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Q4_K/Q5_K's 12 bytes -> eight 6-bit scales and mins: the first four in the low 6 bits of bytes 0-3 and 4-7,
     the last four in the nibbles of bytes 8-11 with their top two bits in the top bits of bytes 0-3 and 4-7."""
@@ -144,7 +149,7 @@ def decode(blocks: np.ndarray, kind: str) -> QuantWeight:
         codes = _nibbles(qs)  # [out, n, 4 runs, 64]
         bits = 4
         if kind == "Q5_K":  # bits 2r and 2r + 1 of byte l: elements l of run r's low and high halves
-            high = (blocks[..., 16:48, None] >> np.arange(8, dtype=np.uint8)) & 1  # [out, n, 32 l, 8 bits]
+            high = _bits(blocks[..., 16:48])  # [out, n, 32 l, 8 bits]
             codes = codes | (high.transpose(0, 1, 3, 2).reshape(out_f, n, 4, 64) << 4)
             bits = 8
         scales, mins = d * t(sc.astype(np.float32)), -dmin * t(m.astype(np.float32))
@@ -167,10 +172,10 @@ def decode(blocks: np.ndarray, kind: str) -> QuantWeight:
             d, dmin, sc = _f16(blocks, 80), _f16(blocks, 82), blocks[..., :16]
             scales, mins = d * t((sc & 15).astype(np.float32)), -dmin * t((sc >> 4).astype(np.float32))
         else:
-            third = (blocks[..., :32, None] >> np.arange(8, dtype=np.uint8)) & 1  # [.., l, bit 4 half + j]
+            third = _bits(blocks[..., :32])  # [.., l, bit 4 half + j]
             codes = codes | (third.transpose(0, 1, 3, 2).reshape(out_f, n, 2, 4, 32) << 2)
             b = blocks[..., 96:108]
-            low = np.concatenate([b[..., :8] & 15, b[..., :8] >> 4], -1)
+            low = _nibbles(b[..., :8])  # scale i's low 4 bits: byte i's low nibble, byte i - 8's high one
             high = (b[..., 8:12, None] >> (2 * np.arange(4, dtype=np.uint8))) & 3  # [.., i % 4, i // 4]
             sc = low.astype(np.int16) | (high.transpose(0, 1, 3, 2).reshape(out_f, n, 16) << 4)
             scales = _f16(blocks, 108) * t((sc - 32).astype(np.float32))
