@@ -117,6 +117,11 @@ def _bits(b: np.ndarray) -> np.ndarray:
     return np.unpackbits(b[..., None], -1, bitorder="little")
 
 
+def _pairs(b: np.ndarray) -> np.ndarray:
+    """bytes [..., n] -> [..., 4, n]: the 2-bit fields at bits 0, 2, 4 and 6 of each byte, one plane per field."""
+    return (b[..., None, :] >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3
+
+
 def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Q4_K/Q5_K's 12 bytes -> eight 6-bit scales and mins: the first four in the low 6 bits of bytes 0-3 and 4-7,
     the last four in the nibbles of bytes 8-11 with their top two bits in the top bits of bytes 0-3 and 4-7."""
@@ -138,7 +143,7 @@ def decode(blocks: np.ndarray, kind: str) -> QuantWeight:
             at = 4 if offset else 2
             codes, bits = _nibbles(blocks[..., at + 4 * (kind[1] == "5"):]), 4
             if kind[1] == "5":  # fifth bits: bit j of the little-endian word for element j
-                codes = codes | np.unpackbits(blocks[..., at:at + 4], -1, bitorder="little") << 4
+                codes = codes | _bits(blocks[..., at:at + 4]).reshape(out_f, n, 32) << 4
                 bits = 8
             mins = _f16(blocks, 2) if offset else -(2 ** (3 + (kind[1] == "5"))) * d
         return QuantWeight(t(codes.astype(np.uint8)).reshape(out_f, n * 32), d[..., 0], mins[..., 0], bits, 32, kind)
@@ -159,15 +164,15 @@ def decode(blocks: np.ndarray, kind: str) -> QuantWeight:
         # each half of 128: 64 bytes of nibbles (elements l and l + 32 low, l + 64 and l + 96 high) and 32 bytes
         # holding the high 2 bits of elements l, l + 32, l + 64, l + 96 at bits 0, 2, 4, 6 of byte l
         low = _nibbles(blocks[..., :128].reshape(out_f, n, 2, 64))
-        high = (blocks[..., 128:192].reshape(out_f, n, 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3
+        high = _pairs(blocks[..., 128:192].reshape(out_f, n, 2, 32))  # [.., half, 4, 32]
         codes = low | (high.reshape(out_f, n, 2, 128) << 4)
         scales = _f16(blocks, 208) * t(np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).astype(np.float32))
         return QuantWeight(t(codes.astype(np.uint8)).reshape(out_f, n * 256), scales.reshape(out_f, n * 16),
                            (-32 * scales).reshape(out_f, n * 16), 8, 16, kind)
     if kind in ("Q2_K", "Q3_K"):
         at = 32 if kind == "Q3_K" else 16  # the 2-bit codes follow Q3_K's third bits, Q2_K's scales
-        q = blocks[..., at:at + 64].reshape(out_f, n, 2, 1, 32)  # [.., half, 1, l]
-        codes = (q >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3  # [.., half, j, l]: element 128 half + 32 j + l
+        # [.., half, j, l]: element 128 half + 32 j + l
+        codes = _pairs(blocks[..., at:at + 64].reshape(out_f, n, 2, 32))
         if kind == "Q2_K":
             d, dmin, sc = _f16(blocks, 80), _f16(blocks, 82), blocks[..., :16]
             scales, mins = d * t((sc & 15).astype(np.float32)), -dmin * t((sc >> 4).astype(np.float32))
@@ -176,8 +181,8 @@ def decode(blocks: np.ndarray, kind: str) -> QuantWeight:
             codes = codes | (third.transpose(0, 1, 3, 2).reshape(out_f, n, 2, 4, 32) << 2)
             b = blocks[..., 96:108]
             low = _nibbles(b[..., :8])  # scale i's low 4 bits: byte i's low nibble, byte i - 8's high one
-            high = (b[..., 8:12, None] >> (2 * np.arange(4, dtype=np.uint8))) & 3  # [.., i % 4, i // 4]
-            sc = low.astype(np.int16) | (high.transpose(0, 1, 3, 2).reshape(out_f, n, 16) << 4)
+            high = _pairs(b[..., 8:12])  # [.., i // 4, i % 4]: scale i's top 2 bits
+            sc = low.astype(np.int16) | (high.reshape(out_f, n, 16) << 4)
             scales = _f16(blocks, 108) * t((sc - 32).astype(np.float32))
             mins = -4 * scales
         return QuantWeight(t(codes.astype(np.uint8)).reshape(out_f, n * 256), scales.reshape(out_f, n * 16),

@@ -12,14 +12,14 @@ side along the input (x repeated), which keeps int8's group-wise scales exact in
 (`kernels/quant_matmul.py`) dequantizes each tile in the GEMM.
 
 Groups: a checkpoint's group (or one group per row) is served as the largest of CPU_GROUPS dividing it, its scales
-repeated (exact). Groups of 16 (GGUF's Q6_K) are taken by the Triton kernel as they are; on CPU each is spread over
-32 columns, the other 16 zero codes against zero inputs (exact, at twice a group of 32's work: no smaller group on
-the packed kernel). Act-order weights (`QuantWeight.perm`) gather their input columns first. FP8 E4M3 is served on
-CUDA only: no CPU kernel multiplies FP8 weights by bf16/fp32 activations (torch's _scaled_mm on CPU wants FP8
-activations too, which changes the numbers, and ran 80x slower than a bf16 matmul), and converting the weights per
-step measured 8x (a 256-entry table) to 50x (torch's cast) a bf16 matmul at SmolLM2's decode shapes, one thread:
-slower than float weights, which is no reason to quantize. So FP8 on CPU is refused, naming int8 (one byte per
-weight, on the packed kernel) and a GPU.
+repeated (exact). Groups of 16 (GGUF's Q2_K, Q3_K, Q6_K) are taken by the Triton kernel as they are; on CPU each is
+spread over 32 columns, the other 16 zero codes against zero inputs (exact, at twice a group of 32's work: no smaller
+group on the packed kernel). Act-order weights (`QuantWeight.perm`) gather their input columns first. FP8 E4M3 is served
+on CUDA only: no CPU kernel multiplies FP8 weights by bf16/fp32 activations (torch's _scaled_mm on CPU wants FP8
+activations too, which changes the numbers, and ran 80x slower than a bf16 matmul), and converting the weights per step
+measured 8x (a 256-entry table) to 50x (torch's cast) a bf16 matmul at SmolLM2's decode shapes, one thread: slower than
+float weights, which is no reason to quantize. So FP8 on CPU is refused, naming int8 (one byte per weight, on the packed
+kernel) and a GPU.
 """
 
 import torch

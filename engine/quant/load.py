@@ -181,13 +181,12 @@ def _from_file(source, shapes: dict, names: list[str], device, dtype) -> nn.Modu
     if all(isinstance(w, weights.QuantWeight) for w in parts):
         # projections quantized alike merge into one linear; a file that mixes types (llama.cpp's K-quant files give
         # v_proj more bits than q/k) gets one linear per run of alike ones
-        runs, at = [], 0
-        for _, run in itertools.groupby(parts, weights.kind):
-            run = list(run)
-            runs.append(linear.make(weights.merge(run), None if biases is None else torch.cat(biases[at:at + len(run)]),
-                                    device, dtype))
-            at += len(run)
-        return runs[0] if len(runs) == 1 else linear.Stacked(runs)
+        pairs = zip(parts, biases or [None] * len(parts), strict=True)
+        made = []
+        for _, run in itertools.groupby(pairs, lambda pair: weights.kind(pair[0])):
+            ws, bs = zip(*run, strict=True)
+            made.append(linear.make(weights.merge(list(ws)), None if biases is None else torch.cat(bs), device, dtype))
+        return made[0] if len(made) == 1 else linear.Stacked(made)
     if any(isinstance(w, weights.QuantWeight) for w in parts):
         raise ValueError(f"{source.path}: {', '.join(names)} mix quantized and float tensors; they are served as "
                          f"one linear here")
