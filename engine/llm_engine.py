@@ -37,7 +37,8 @@ class LLMEngine:
         if spec is not None:
             draft = DraftModel(config, spec.model, self.runner.num_blocks, self.max_model_len,
                                self.runner.vocab_size) if spec.method == "draft_model" else None
-            self.speculator = Speculator(spec, self.kv, draft, cpu_time=self.runner.device.type == "cpu")
+            self.speculator = Speculator(spec, self.kv, draft, cpu_time=self.runner.device.type == "cpu",
+                                          row_tile=self.runner.row_tile)
         self.lora = LoRAManager(config, self.runner.lora) if config.enable_lora else None
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    config.enable_chunked_prefill, self.speculator,

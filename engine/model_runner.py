@@ -8,6 +8,7 @@ import torch
 from floodway.engine import attention, cuda_graphs, kv_cache, packed_linear, step_inputs
 from floodway.engine.config import EngineConfig
 from floodway.engine.lora import manager as lora_manager
+from floodway.engine.quant import linear as quant_linear
 from floodway.engine.quant import load as quant_load
 from floodway.engine.step_inputs import SeqInput
 
@@ -62,6 +63,7 @@ class ModelRunner:
         # After packing: the LoRA wrapper adds its delta to whichever linear it wraps.
         self.lora = lora_manager.attach(self.model, cfg, self.device, self.dtype) if cfg.enable_lora else None
         self.linear_kernels = quant_load.kernels(self.model)
+        self.row_tile = quant_linear.row_tile(self.model)
         log.info("weights: %s; linear kernels: %s", self.weights.method,
                  ", ".join(f"{k}: {v}" for k, v in self.linear_kernels.items()))
         tokenizer = resolve_model(cfg.tokenizer) if cfg.tokenizer else path

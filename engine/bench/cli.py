@@ -26,7 +26,8 @@ def register(bench_app: typer.Typer) -> None:
                                                         "floodway-compile-decode, ours with that flag, ours per "
                                                         "weight format: floodway-fp32, -bf16, -q4_1, -q8_0, "
                                                         "-q4_k_m, -int8, -int4, and with speculation: "
-                                                        "floodway-spec, llamacpp-lookup, llamacpp-q4_1-lookup)."),
+                                                        "floodway-spec, any of ours + -spec (floodway-bf16-spec), "
+                                                        "llamacpp-lookup, llamacpp-q4_1-lookup)."),
         profile_out: str | None = typer.Option(None, help="Also write a JSON step-cost profile here."),
         traces: str | None = typer.Option(None, help="Traces folder (default: the vendored data/traces)."),
         threads: int = typer.Option(0, help="torch intra-op threads for every system (0: torch's default, all "
@@ -40,6 +41,8 @@ def register(bench_app: typer.Typer) -> None:
         concurrency: str = typer.Option("1,8,32", help="chat, spec, lora: comma list of concurrent clients, one run "
                                                        "each."),
         max_tokens: int = typer.Option(64, help="chat, spec, lora: new tokens per request."),
+        rounds: int = typer.Option(3, help="spec: runs of each cell, the engines alternating which goes first; "
+                                           "ratios are of the rounds' sums."),
         lora_rank: int = typer.Option(16, help="lora: the adapters' rank (and the engine's --max-lora-rank)."),
         speculative_config: str = typer.Option(NGRAM, help="spec: the speculating engine's --speculative-config "
                                                            "(chat: floodway-spec's and the -lookup baselines')."),
@@ -58,7 +61,7 @@ def register(bench_app: typer.Typer) -> None:
             from floodway.engine.bench.speculative import run as run_spec
 
             run_spec(model, speculative_config, _counts(concurrency), threads, dtype, max_model_len, max_tokens,
-                     num_requests)
+                     num_requests, rounds)
             return
         if workload == "lora":
             from floodway.engine.bench.lora import run as run_lora

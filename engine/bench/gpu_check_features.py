@@ -165,7 +165,7 @@ def run(folder: str, prof_device: str, dtype: str, concurrency: tuple[int, ...],
     # (title, the engine's settings beside the float one's, the bench's table for that engine against plain)
     benches = [("Speculative decoding (n-gram)", dict(speculative_config=speculative.NGRAM),
                 lambda spec: speculative.compare(plain, spec, plain.tokenizer, list(concurrency), max_tokens, None,
-                                                 echo)),
+                                                 echo, rounds=1)),
                (f"LoRA ({ADAPTERS} adapters of rank {RANK})", dict(enable_lora=True, max_loras=ADAPTERS,
                                                                    max_lora_rank=RANK),
                 lambda lora: lora_bench.compare(plain, lora, RANK, list(concurrency), max_tokens, None, echo,

@@ -2,11 +2,11 @@
 input-grounded requests (rewrite, correct or continue a given text or code: answers that copy the prompt, where
 prompt lookup finds drafts) and on free chat (answers that rarely repeat it), at each concurrency.
 
-Each (workload, concurrency) cell runs both engines in turn over the same requests, greedy, keeping that many
-requests in flight (closed loop: a finished request is replaced by the next). It reports output tokens per
-second and per CPU-second of each over the steps that ran with that many in flight (the drain at the end runs
-as many steps as its slowest request, speculating or not, and would measure that request alone), their ratio,
-whether the outputs were identical, and the speculating engine's acceptance (accepted drafts over drafts
+Each (workload, concurrency) cell runs both engines in turn over the same requests (--rounds times), greedy,
+keeping that many requests in flight (closed loop: a finished request is replaced by the next). It reports output
+tokens per second and per CPU-second of each over the steps that ran with that many in flight (the drain at the
+end runs as many steps as its slowest request, speculating or not, and would measure that request alone), their
+ratio, whether the outputs were identical, and the speculating engine's acceptance (accepted drafts over drafts
 verified) and drafts per verify.
 """
 
@@ -108,40 +108,58 @@ def run_once(engine, reqs: list[list[int]], concurrency: int, max_tokens: int, t
                after.spec_num_accepted_tokens - before.spec_num_accepted_tokens)
 
 
-def compare(plain, spec, tokenizer, concurrency: list[int], max_tokens: int, num_requests: int | None, echo) -> None:
+def compare(plain, spec, tokenizer, concurrency: list[int], max_tokens: int, num_requests: int | None, echo,
+            rounds: int) -> None:
     """Echoes a table, row by row as measured: each workload at each concurrency, without and with speculation,
-    ratios and acceptance."""
+    ratios and acceptance. Each cell runs `rounds` times, the two engines alternating which goes first, and its
+    ratios are of the rounds' sums: the same engine's tokens per CPU-second drift by 10-20% from run to run on a
+    shared machine, which one pair of runs cannot tell from a 5% difference. The per-round CPU ratios' range is
+    printed beside them."""
     warm = prompts(tokenizer, "grounded", 2)
     for engine in (plain, spec):  # shapes and the policy's step times measured, unreported
         run_once(engine, warm, 2, 16, "warm")
     echo(f"greedy, {max_tokens} new tokens per request; requests per cell: "
-         f"{num_requests or 'max(4, 2 x concurrency)'}; speculative config {spec.config.speculative_config}")
-    echo("| workload | concurrency | plain tok/s | spec tok/s | spec / plain | spec / plain (CPU) | acceptance "
-         "| drafts per verify | identical |\n|---|---|---|---|---|---|---|---|---|")
+         f"{num_requests or 'max(4, 2 x concurrency)'}; rounds per cell: {rounds}, alternating which engine goes "
+         f"first; speculative config {spec.config.speculative_config}")
+    echo("| workload | concurrency | plain tok/s | spec tok/s | spec / plain | spec / plain (CPU) | per-round (CPU) "
+         "| acceptance | drafts per verify | identical |\n|---|---|---|---|---|---|---|---|---|---|")
     for workload in ("grounded", "chat"):
         for c in concurrency:
             reqs = prompts(tokenizer, workload, num_requests or max(4, 2 * c))
-            a = run_once(plain, reqs, c, max_tokens, f"{workload}{c}p")
-            b = run_once(spec, reqs, c, max_tokens, f"{workload}{c}s")
+            pairs = []
+            for r in range(rounds):
+                order = [(0, plain), (1, spec)][::1 if r % 2 == 0 else -1]
+                runs = {i: run_once(e, reqs, c, max_tokens, f"{workload}{c}r{r}{'ps'[i]}") for i, e in order}
+                pairs.append((runs[0], runs[1]))
+            a, b = (_total([p[i] for p in pairs]) for i in (0, 1))
+            per_round = sorted((y.tokens / y.cpu) / (x.tokens / x.cpu) for x, y in pairs)
+            identical = all(x.outputs == y.outputs == pairs[0][0].outputs for x, y in pairs)
             echo(f"| {workload} | {c} | {a.tokens / a.seconds:,.1f} | {b.tokens / b.seconds:,.1f} | "
                  f"{(b.tokens / b.seconds) / (a.tokens / a.seconds):.2f}x | "
                  f"{(b.tokens / b.cpu) / (a.tokens / a.cpu):.2f}x | "
+                 f"{per_round[0]:.2f}-{per_round[-1]:.2f}x | "
                  f"{b.accepted / b.draft_tokens if b.draft_tokens else 0:.0%} | "
                  f"{b.draft_tokens / b.drafts if b.drafts else 0:.1f} | "
-                 f"{'yes' if a.outputs == b.outputs else 'no'} |")
+                 f"{'yes' if identical else 'no'} |")
+
+
+def _total(runs: list[Run]) -> Run:
+    """The rounds' sums (the outputs of the first)."""
+    return Run(sum(r.tokens for r in runs), sum(r.seconds for r in runs), sum(r.cpu for r in runs),
+               runs[0].outputs, sum(r.drafts for r in runs), sum(r.draft_tokens for r in runs),
+               sum(r.accepted for r in runs))
 
 
 def run(model: str, speculative_config: str, concurrency: list[int], threads: int, dtype: str, max_model_len: int,
-        max_tokens: int, num_requests: int | None) -> None:
+        max_tokens: int, num_requests: int | None, rounds: int) -> None:
     import torch
     import typer
     from floodway.engine.config import EngineConfig
     from floodway.engine.llm_engine import LLMEngine
-    from floodway.engine.models.builtin import resolve_model
 
     if threads:
         torch.set_num_threads(threads)
-    settings = dict(model=resolve_model(model), served_model_name=model, max_model_len=max_model_len, dtype=dtype,
+    settings = dict(model=model, served_model_name=model, max_model_len=max_model_len, dtype=dtype,
                     max_num_seqs=max(concurrency))
     try:
         configs = [EngineConfig(**settings), EngineConfig(**settings, speculative_config=speculative_config)]
@@ -151,4 +169,4 @@ def run(model: str, speculative_config: str, concurrency: list[int], threads: in
         raise typer.BadParameter(str(e)) from e
     plain, spec = (LLMEngine(cfg) for cfg in configs)
     typer.echo(f"model {model}; {torch.get_num_threads()} threads, {plain.runner.device}, {plain.runner.dtype}")
-    compare(plain, spec, plain.tokenizer, concurrency, max_tokens, num_requests, typer.echo)
+    compare(plain, spec, plain.tokenizer, concurrency, max_tokens, num_requests, typer.echo, rounds)

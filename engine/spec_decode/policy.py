@@ -1,11 +1,11 @@
 """How many drafts each sequence verifies this step: the ones that raise the batch's expected tokens per second.
 
-A step that decodes b sequences takes about decode_s (at that b); verifying adds a fixed cost and one per draft (all
-fitted on the engine's own steps: step_cost.py). The j-th draft of a sequence whose drafts are accepted at rate a
-(each given the previous ones) adds a^j expected tokens. The step takes the likeliest drafts, as many as give it
-the most expected tokens per second, or none: at small batches, where reading the weights is most of the step,
-cheap verify rows pay for likely drafts; at large batches, where the rows are most of it, a draft costs about what
-a sequence's decode does and only near-certain ones pay.
+A step that decodes b sequences takes about decode_s (at that b); verifying adds a fixed cost and one per row the
+drafts add (all fitted on the engine's own steps: step_cost.py). The j-th draft of a sequence whose drafts are
+accepted at rate a (each given the previous ones) adds a^j expected tokens. The step takes the likeliest drafts, as
+many as give it the most expected tokens per second, or none: at small batches, where reading the weights is most
+of the step, cheap verify rows pay for likely drafts; at large batches, where the rows are most of it, a draft
+costs about what a sequence's decode does and only near-certain ones pay.
 
 The drafts chosen are those whose sequences' rates are highest, and a rate is an estimate: the choice favours the
 sequences it overrates, so the chosen drafts are accepted less often than their rates say (on a seeded model at
@@ -14,6 +14,8 @@ every verify, and the gains are scaled by it.
 """
 
 from dataclasses import dataclass
+
+from floodway.engine.spec_decode.step_cost import padded_rows
 
 PRIOR_RATE = 0.5  # acceptance assumed before a sequence has verified any draft
 PRIOR_WEIGHT = 2.0  # positions the prior counts for against a sequence's own record
@@ -67,22 +69,24 @@ def expected_accepted(rate: float, num_drafts: int) -> float:
 
 
 def choose_num_drafts(rates: list[float], available: list[int], decode_s: float | None,
-                      verify: tuple[float, float] | None, calibration: float = 1.0) -> list[int]:
+                      verify: tuple[float, float] | None, calibration: float = 1.0, row_tile: int = 1) -> list[int]:
     """Drafts to verify per sequence (at most available[i]), from acceptance rates (their gains scaled by
     `calibration`) and step costs (pure): the likeliest drafts first, as many as give the step the most expected
-    tokens per second, where verifying at all adds verify[0] seconds and each draft verify[1] (StepCost.verify_s).
-    Before a plain decode step has been timed: none. Before a draft has been timed: all available."""
+    tokens per second, where verifying at all adds verify[0] seconds and each row the drafts add verify[1]
+    (StepCost.verify_s; rows in the kernels' blocks of row_tile: padded_rows). Before a plain decode step has been
+    timed: none. Before a draft has been timed: all available."""
     if decode_s is None or decode_s <= 0:
         return [0] * len(rates)
     if verify is None:
         return list(available)
     gains = sorted(((calibration * rates[i] ** j, i) for i in range(len(rates))
                     for j in range(1, available[i] + 1)), reverse=True)
-    fixed_s, per_draft_s = verify
-    tokens, seconds = float(len(rates)), decode_s + fixed_s
+    fixed_s, per_row_s = verify
+    tokens = float(len(rates))
     best, best_rate = 0, len(rates) / decode_s
     for n, (gain, _) in enumerate(gains, 1):
-        tokens, seconds = tokens + gain, seconds + per_draft_s
+        tokens += gain
+        seconds = decode_s + fixed_s + per_row_s * padded_rows(len(rates), n, row_tile)
         if tokens / seconds > best_rate:
             best, best_rate = n, tokens / seconds
     ks = [0] * len(rates)

@@ -25,14 +25,14 @@ class SpecCounters:
 
 class Speculator:
     def __init__(self, cfg: SpeculativeConfig, kv: KVManager, draft: DraftModel | None = None,
-                 cpu_time: bool = False):
+                 cpu_time: bool = False, row_tile: int = 1):
         self.cfg, self.kv, self.draft = cfg, kv, draft
         # Steps are priced in what bounds throughput: on CPU the process's CPU seconds, which neighbours on a shared
         # machine do not inflate as they do wall time (a fit's residual measured 8% against 27%); on a GPU, wall.
         self._clock = time.process_time if cpu_time else time.perf_counter
         self._started: float | None = None
         self.counters = SpecCounters(accepted_per_pos=[0] * cfg.num_speculative_tokens)
-        self.cost = StepCost()
+        self.cost = StepCost(row_tile)
         self.overall = policy.Acceptance()  # all sequences': the prior of a sequence without a record
         self.calibration = policy.Calibration()
         self._since_probe = 0  # decode steps since the last probe
@@ -63,7 +63,7 @@ class Speculator:
         prior = self.overall.rate()
         rates = [r.spec_acceptance.rate(prior) for r in reqs]
         ks = policy.choose_num_drafts(rates, caps, self.cost.decode_s(len(reqs)), self.cost.verify_s(),
-                                      self.calibration.ratio)
+                                      self.calibration.ratio, self.cost.row_tile)
         if probe:
             ks = caps
         else:

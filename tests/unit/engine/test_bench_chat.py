@@ -61,10 +61,21 @@ def test_llama_server_gets_the_operators_flags_and_one_thread():
     assert lookup[lookup.index("--spec-ngram-simple-size-m") + 1] == "4"
 
 
+def test_our_baselines_are_the_variants_and_any_of_them_with_speculation():
+    assert serving.variant_flags("floodway-spec", "{}") == ["--speculative-config", "{}"]
+    assert serving.variant_flags("floodway-bf16-spec", "{}") == ["--dtype", "bfloat16", "--quantization", "none",
+                                                                "--speculative-config", "{}"]
+    assert serving.variant_flags("floodway-bf16", "{}") == ["--dtype", "bfloat16", "--quantization", "none"]
+    assert [serving.ours(n) for n in ("floodway", "floodway-spec", "floodway-int4-spec", "floodway-x-spec",
+                                      "llamacpp", "llamacpp-lookup")] == [False, True, True, False, False, False]
+
+
 def test_grounded_requests_quote_a_text_the_answer_can_copy():
     for i in range(8):
-        text = serving.PROMPTS["grounded"](i)[0]["content"]
+        text = serving.PROMPTS["grounded"][0](i)[0]["content"]
         assert any(t in text for t in speculative.TEXT + speculative.CODE)
+    # The answer ends with its copy: what a model writes past its EOS is free text, not the grounded workload.
+    assert serving.PROMPTS["grounded"][1] is False and serving.PROMPTS["chat"][1] is True
 
 
 def test_stream_lines_and_token_counts():

@@ -15,7 +15,7 @@ def test_compare_runs_each_cell_without_and_with_speculation(tiny_model_path):
     spec = LLMEngine(EngineConfig(**settings, speculative_config='{"method": "ngram", "num_speculative_tokens": 3}'))
     assert len(prompts(plain.tokenizer, "grounded", 5)) == 5
     lines: list[str] = []
-    compare(plain, spec, plain.tokenizer, [1, 3], 10, 3, lines.append)
+    compare(plain, spec, plain.tokenizer, [1, 3], 10, 3, lines.append, rounds=2)
     rows = [line for line in lines if line.startswith(("| grounded", "| chat"))]
     assert [r.split(" | ")[:2] for r in rows] == [["| grounded", "1"], ["| grounded", "3"], ["| chat", "1"],
                                                   ["| chat", "3"]]

@@ -8,7 +8,7 @@ import torch
 from floodway.engine.spec_decode import config as spec_config
 from floodway.engine.spec_decode.ngram import propose
 from floodway.engine.spec_decode.policy import Acceptance, Calibration, choose_num_drafts, expected_accepted
-from floodway.engine.spec_decode.step_cost import StepCost
+from floodway.engine.spec_decode.step_cost import StepCost, padded_rows
 from floodway.engine.spec_decode.verify import verify
 
 
@@ -143,6 +143,27 @@ def test_step_cost_fit_prices_drafts_per_batch_and_turns_speculation_off_where_r
     rates = 0.9
     assert choose_num_drafts([rates], [4], cost.decode_s(1), cost.verify_s())[0] >= 2
     assert choose_num_drafts([rates] * 32, [4] * 32, cost.decode_s(32), cost.verify_s()) == [0] * 32
+
+
+def test_padded_rows_count_the_kernel_blocks_drafts_start():
+    assert [padded_rows(1, d, 4) for d in range(9)] == [0, 0, 0, 0, 4, 4, 4, 4, 8]
+    assert [padded_rows(8, d, 4) for d in (0, 1, 4, 5)] == [0, 4, 4, 8]
+    assert [padded_rows(3, d, 1) for d in range(4)] == [0, 1, 2, 3]  # rows one by one: the drafts themselves
+
+
+def test_drafts_that_start_a_row_block_are_priced_by_the_block():
+    """A kernel taking rows 4 at a time (aten's int4 one on CPU): at one sequence three drafts fill the block the
+    decode row started, and a fourth starts a block costing half the plain step, which its 0.33 expected tokens do
+    not pay for; priced per row one by one, the fourth looks cheap and is taken."""
+    cost = StepCost(row_tile=4)
+    for step in range(200):
+        d = (0, 3, 4)[step % 3]
+        cost.observe(1, d, 0.020 + 0.003 * (d > 0) + 0.0025 * padded_rows(1, d, 4))
+    assert cost.decode_s(1) == pytest.approx(0.020) and cost.verify_s() == pytest.approx((0.003, 0.0025))
+    assert choose_num_drafts([0.76], [4], cost.decode_s(1), cost.verify_s(), row_tile=4) == [3]
+    assert choose_num_drafts([0.76], [4], 0.020, (0.003, 0.0025)) == [4]
+    # At 8 sequences (two full blocks) one draft costs a block as four do: the likely sequence's four fill it.
+    assert choose_num_drafts([0.95] + [0.1] * 7, [4] * 8, 0.040, (0.001, 0.0012), row_tile=4) == [4] + [0] * 7
 
 
 def test_step_cost_needs_steps_with_and_without_drafts():
