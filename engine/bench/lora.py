@@ -121,12 +121,11 @@ def run(model: str, rank: int, concurrency: list[int], threads: int, dtype: str,
     import typer
     from floodway.engine.config import EngineConfig
     from floodway.engine.llm_engine import LLMEngine
-    from floodway.engine.models.builtin import resolve_model
 
     if threads:
         torch.set_num_threads(threads)
     # No prefix caching: every row runs the same prompts, and an adapter's second row would hit its first's blocks.
-    settings = dict(model=resolve_model(model), served_model_name=model, max_model_len=max_model_len, dtype=dtype,
+    settings = dict(model=model, served_model_name=model, max_model_len=max_model_len, dtype=dtype,
                     max_num_seqs=max(concurrency), enable_prefix_caching=False)
     try:
         configs = [EngineConfig(**settings), EngineConfig(**settings, enable_lora=True, max_loras=max(ADAPTER_COUNTS),

@@ -10,6 +10,8 @@ from floodway.engine.lora.batch import DeviceBatch
 from floodway.engine.lora.peft_format import Geometry
 from torch import nn
 
+CPU_DTYPE = torch.float32  # the adapters' weights and math on CPU (manager.attach)
+
 
 class StepState:
     batch: DeviceBatch | None = None
@@ -42,8 +44,11 @@ class LoRALinear(nn.Module):
             return y
         if b.kernel is not None:  # CUDA: the Triton kernels, all slots in one launch each
             return b.kernel.add(y, x, self.lora_a, self.lora_b, self.scale)
+        # The deltas sum in the adapters' dtype (float32 on CPU), added to a bf16 output once.
+        x = x.to(self.lora_a.dtype)
+        acc = y if y.dtype == x.dtype else torch.zeros(y.shape, dtype=x.dtype, device=y.device)
         for slot, start, end in b.runs:
-            y[start:end].addmm_(torch.mm(x[start:end], self.lora_a[slot]), self.lora_b[slot], alpha=b.scales[slot])
+            acc[start:end].addmm_(torch.mm(x[start:end], self.lora_a[slot]), self.lora_b[slot], alpha=b.scales[slot])
         if b.rows is not None:
             k, m = b.num_slots, b.per_slot
             xp = x.index_select(0, b.gather).view(k, m, -1)
@@ -51,8 +56,8 @@ class LoRALinear(nn.Module):
             d = torch.cat([torch.bmm(t[:, :, r0:r1], b_k[:, r0:r1, c0:c1]) for r0, r1, c0, c1 in self.parts], 2) \
                 if len(self.parts) > 1 else torch.bmm(t, b_k)
             d.mul_(self.scale[:k])
-            y.index_add_(0, b.rows, d.view(k * m, -1).index_select(0, b.dest))
-        return y
+            acc.index_add_(0, b.rows, d.view(k * m, -1).index_select(0, b.dest))
+        return y if acc is y else y.add_(acc)
 
 
 class Slots:

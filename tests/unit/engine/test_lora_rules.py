@@ -65,6 +65,30 @@ def test_plan_rows_compute_each_rows_own_delta(slots, outs):
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("slots", [[2, -1, 0, 0, 2] + [1] * 5 + [-1], [2, -1, 2, 2]])
+def test_float32_adapters_on_a_bf16_base_add_their_delta_once_in_bf16(slots):
+    """On CPU the adapters are float32 (manager.attach) beside a bf16 model: the deltas sum in float32 and the
+    output is the bf16 base output plus that sum, rounded once."""
+    from floodway.engine.lora.layers import LoRALinear, StepState
+
+    torch.manual_seed(0)
+    base = torch.nn.Linear(8, 6).to(torch.bfloat16)
+    step = StepState()
+    scale = torch.tensor([0.5, 2.0, 3.0]).view(3, 1, 1)
+    lin = LoRALinear(base, step, 3, 8, 2, (3, 2, 1), scale, "cpu", torch.float32)
+    lin.lora_a.normal_()
+    for r0, r1, c0, c1 in lin.parts:
+        lin.lora_b[:, r0:r1, c0:c1].normal_()
+    x = torch.randn(len(slots), 8).to(torch.bfloat16)
+    step.batch = batch.to_device(batch.plan(slots, run_rows=3), "cpu", scale)
+    got = lin(x)
+    assert got.dtype == torch.bfloat16
+    xf = x.float()
+    want = torch.stack([(base(x[t]).float() + (0 if s < 0 else xf[t] @ lin.lora_a[s] @ lin.lora_b[s] * scale[s, 0, 0]))
+                        .to(torch.bfloat16) for t, s in enumerate(slots)])
+    torch.testing.assert_close(got, want, rtol=2 ** -7, atol=1e-3)  # one bf16 rounding apart at most
+
+
 def test_assign_prefers_empty_slots_then_least_recently_used_not_needed_now():
     assert residency.assign([None, None, None], [0, 0, 0], [7, 8]) == [(0, 7), (1, 8)]
     # slot 1 (adapter 5) is older than slot 0 (adapter 4); adapter 4 is needed, so slot 1 goes
