@@ -170,6 +170,7 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
                                  f"{[*BASELINES, *VARIANTS, VLLM]}, or floodway or one of ours with {SPEC}")
     if prompts not in PROMPTS:
         raise typer.BadParameter(f"unknown prompts {prompts!r}; choose from {list(PROMPTS)}")
+    messages_of, ignore_eos = PROMPTS[prompts]
     from floodway.engine.models.smollm2 import NAME
 
     if any(b in BASELINES for b in baselines) and model != NAME:
@@ -195,7 +196,7 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
                 for name, proc in servers:
                     per_thread = thread_cpu_seconds(proc.pid)
                     result = asyncio.run(closed_loop(proc.url, SERVED, c, n, max_tokens, first_id=first,
-                                                     messages=PROMPTS[prompts][0], ignore_eos=PROMPTS[prompts][1]))
+                                                     messages=messages_of, ignore_eos=ignore_eos))
                     result.thread_cpu_seconds = busiest_and_others(per_thread, thread_cpu_seconds(proc.pid))
                     result.cpu_seconds = sum(result.thread_cpu_seconds) if result.thread_cpu_seconds else None
                     rows.append((c, name, result))

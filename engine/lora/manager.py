@@ -16,9 +16,7 @@ def attach(model, cfg, device, dtype) -> layers.Slots:
     if not hasattr(model, "layers") or not hasattr(model.layers[0], "qkv"):
         raise ValueError(f"enable_lora serves our own decoder (Llama, Mistral, Qwen2); {type(model).__name__} runs "
                          f"in transformers' modules")
-    # On CPU the adapters' weights and their math are float32 whatever the model's dtype: oneDNN's bf16 matmul costs
-    # about 15 us a call however small (float32: 3-4 us), and a step makes two per adapter run on every linear.
-    dtype = layers.CPU_DTYPE if str(device).startswith("cpu") else dtype
+    dtype = layers.adapter_dtype(device, dtype)
     slots = layers.Slots(model, peft_format.geometry_of(model), cfg.max_loras, cfg.max_lora_rank, device, dtype)
     slots.geometry, slots.dtype = peft_format.geometry_of(model), dtype
     return slots

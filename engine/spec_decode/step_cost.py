@@ -14,8 +14,8 @@ steps took 3-10% longer than it predicted in two runs).
 
 Rows are counted in the linear kernels' row blocks (`linear.row_tile`): where a kernel multiplies rows four at a
 time, drafts that fill the step's last block cost little and the one that starts a new block costs the whole block.
-Priced per draft, the fit averaged the two, and at one sequence took a fourth draft whose step cost 1.5x the
-third's (Q4_1 SmolLM2 on CPU: 1.56x plain with four drafts, 1.65x with three).
+Priced per draft, the fit averaged the two, and at one sequence took a fourth draft, whose fifth row cost about
+1.55x the first four in each matmul (Q4_1 SmolLM2 on CPU: 1.56x plain with four drafts, 1.65x with three).
 """
 
 from dataclasses import dataclass, field

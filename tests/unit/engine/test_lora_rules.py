@@ -41,52 +41,34 @@ def test_plan_slices_every_run_when_they_are_few_against_the_slots_the_padded_bm
     assert batch.plan([9] * 20 + [5], run_rows=16).runs == [(9, 0, 20), (5, 20, 21)]
 
 
+@pytest.mark.parametrize("base_dtype", [torch.float32, torch.bfloat16])  # bf16: a bf16 model's, adapters float32
 @pytest.mark.parametrize("outs", [(6,), (3, 2, 1)])  # one linear; three fused parts (as q, k, v)
 @pytest.mark.parametrize("slots", [[2, -1, 0, 0, 2] + [1] * 5 + [-1],  # padded bmm beside a sliced run
                                    [2, -1, 2, 2]])  # every run sliced
-def test_plan_rows_compute_each_rows_own_delta(slots, outs):
+def test_plan_rows_compute_each_rows_own_delta(slots, outs, base_dtype):
     """The padded bmm over slots and the sliced runs equal a per-row loop, whatever the mix (an oracle by
-    definition), B laid out block-diagonal by part as peft_format places it."""
+    definition), B laid out block-diagonal by part as peft_format places it. Beside a bf16 base (CPU adapters are
+    float32 whatever the model's dtype: layers.adapter_dtype) the deltas sum in float32 and the output is the bf16
+    base output plus that sum, rounded once."""
     from floodway.engine.lora.layers import LoRALinear, StepState
 
     torch.manual_seed(0)
-    base = torch.nn.Linear(8, 6)
+    base = torch.nn.Linear(8, 6).to(base_dtype)
     step = StepState()
     scale = torch.tensor([0.5, 2.0, 3.0]).view(3, 1, 1)
     lin = LoRALinear(base, step, 3, 8, 2, outs, scale, "cpu", torch.float32)
     lin.lora_a.normal_()
     for r0, r1, c0, c1 in lin.parts:  # each part's own block, zeros elsewhere
         lin.lora_b[:, r0:r1, c0:c1].normal_()
-    x = torch.randn(len(slots), 8)
+    x = torch.randn(len(slots), 8).to(base_dtype)
     step.batch = batch.to_device(batch.plan(slots, run_rows=3), "cpu", scale)
     got = lin(x)
-    want = torch.stack([base(x[t]) + (0 if s < 0 else x[t] @ lin.lora_a[s] @ lin.lora_b[s] * scale[s, 0, 0])
-                        for t, s in enumerate(slots)])
-    torch.testing.assert_close(got, want)
-
-
-@pytest.mark.parametrize("slots", [[2, -1, 0, 0, 2] + [1] * 5 + [-1], [2, -1, 2, 2]])
-def test_float32_adapters_on_a_bf16_base_add_their_delta_once_in_bf16(slots):
-    """On CPU the adapters are float32 (manager.attach) beside a bf16 model: the deltas sum in float32 and the
-    output is the bf16 base output plus that sum, rounded once."""
-    from floodway.engine.lora.layers import LoRALinear, StepState
-
-    torch.manual_seed(0)
-    base = torch.nn.Linear(8, 6).to(torch.bfloat16)
-    step = StepState()
-    scale = torch.tensor([0.5, 2.0, 3.0]).view(3, 1, 1)
-    lin = LoRALinear(base, step, 3, 8, 2, (3, 2, 1), scale, "cpu", torch.float32)
-    lin.lora_a.normal_()
-    for r0, r1, c0, c1 in lin.parts:
-        lin.lora_b[:, r0:r1, c0:c1].normal_()
-    x = torch.randn(len(slots), 8).to(torch.bfloat16)
-    step.batch = batch.to_device(batch.plan(slots, run_rows=3), "cpu", scale)
-    got = lin(x)
-    assert got.dtype == torch.bfloat16
+    assert got.dtype == base_dtype
     xf = x.float()
     want = torch.stack([(base(x[t]).float() + (0 if s < 0 else xf[t] @ lin.lora_a[s] @ lin.lora_b[s] * scale[s, 0, 0]))
-                        .to(torch.bfloat16) for t, s in enumerate(slots)])
-    torch.testing.assert_close(got, want, rtol=2 ** -7, atol=1e-3)  # one bf16 rounding apart at most
+                        .to(base_dtype) for t, s in enumerate(slots)])
+    # float32: the default tolerance; bf16: one bf16 rounding apart at most
+    torch.testing.assert_close(got, want, **({} if base_dtype == torch.float32 else dict(rtol=2 ** -7, atol=1e-3)))
 
 
 def test_assign_prefers_empty_slots_then_least_recently_used_not_needed_now():
