@@ -6,7 +6,8 @@ step's new K/V into the paged cache by slot and attends over each sequence's blo
 batch of shape [1, T]: single-token sequences (decodes) first, sorted by context length, then prefill chunks.
 Decodes of similar length form a group that shares one SDPA call over K/V gathered whole blocks at a time by
 block table (padded to the group's longest context, masked), with the query heads of a KV group folded into
-the query length so GQA needs no K/V repeat. Each prefill chunk is its own call.
+the query length so GQA needs no K/V repeat. Each prefill chunk is its own call; a short one after a cached prefix
+(a speculative verify's drafts) folds its heads the same way (FOLD_ROWS).
 On CUDA the step carries KernelInputs instead, and two Triton kernels (engine/kernels/) read K/V in place by
 block table: one call for all decodes, one for all prefill chunks.
 """
@@ -20,6 +21,10 @@ import torch.nn.functional as F
 ATTN_NAME = "floodway_paged"
 # CUDA steps use the Triton kernels where triton is installed (it comes with PyPI's CUDA torch), else the SDPA path.
 KERNELS_AVAILABLE = importlib.util.find_spec("triton") is not None
+# torch's CPU flash attention takes query rows in blocks of 32 per head: a chunk whose query heads of a KV group fit
+# one block together attends as one block per KV head, not one nearly empty block per query head (a 4-token verify
+# over 400 cached tokens, SmolLM2's 9 heads over 3: 1.5x faster in bf16, 1.4x in float32; docs/benchmarks/).
+FOLD_ROWS = 32
 
 
 @dataclass
@@ -88,18 +93,33 @@ def attend(meta: StepMeta, layer: int, q, k, v, scaling) -> torch.Tensor:
         kd, vd = _gather(k_cache, g.blocks, g.count), _gather(v_cache, g.blocks, g.count)
         od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=g.mask, scale=scaling)
         out[g.start:g.start + g.count] = od.reshape(g.count, num_heads, head_dim)
+    group = num_heads // num_kv
     for p in meta.prefills:
-        qp = q[p.start:p.start + p.length].transpose(0, 1).unsqueeze(0)
+        qp = q[p.start:p.start + p.length]
         if p.blocks is None:
             kp = k[p.start:p.start + p.length].transpose(0, 1).unsqueeze(0)
             vp = v[p.start:p.start + p.length].transpose(0, 1).unsqueeze(0)
         else:
             kp = _gather(k_cache, p.blocks, 1)[:, :, :p.ctx_len]
             vp = _gather(v_cache, p.blocks, 1)[:, :, :p.ctx_len]
-        op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=p.mask, is_causal=p.mask is None, scale=scaling,
-                                            enable_gqa=num_heads != num_kv)
+        if p.mask is not None and p.length * group <= FOLD_ROWS:
+            out[p.start:p.start + p.length] = _folded(qp, kp, vp, p.mask, scaling)
+            continue
+        op = F.scaled_dot_product_attention(qp.transpose(0, 1).unsqueeze(0), kp, vp, attn_mask=p.mask,
+                                            is_causal=p.mask is None, scale=scaling, enable_gqa=group > 1)
         out[p.start:p.start + p.length] = op[0].transpose(0, 1)
     return out
+
+
+def _folded(q, k, v, mask, scaling):
+    """q [L, H, hd] over k, v [1, KVH, ctx, hd] under mask [L, ctx], each KV group's query heads folded into the
+    query length ([1, KVH, group * L, hd], the mask repeated per head): [L, H, hd]."""
+    length, num_heads, head_dim = q.shape
+    num_kv = k.shape[1]
+    group = num_heads // num_kv
+    qf = q.view(length, num_kv, group, head_dim).permute(1, 2, 0, 3).reshape(1, num_kv, group * length, head_dim)
+    o = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask.repeat(group, 1), scale=scaling)
+    return o.view(num_kv, group, length, head_dim).permute(2, 0, 1, 3).reshape(length, num_heads, head_dim)
 
 
 def _kernels():

@@ -73,10 +73,10 @@ def chunk_tokens(chunk: dict) -> tuple[bool, int | None]:
     return text, usage.get("completion_tokens")
 
 
-async def _request(session, url: str, model: str, i: int, max_tokens: int,
-                   messages: Callable[[int], list[dict]], ignore_eos: bool) -> tuple[float, int, list[float]]:
+async def _request(session, url: str, model: str, i: int, max_tokens: int, messages: Callable[[int], list[dict]],
+                   ignore_eos: bool, temperature: float) -> tuple[float, int, list[float]]:
     """(TTFT, tokens, the gaps between content chunks) of one streamed request."""
-    body = {"model": model, "messages": messages(i), "max_tokens": max_tokens, "temperature": 0,
+    body = {"model": model, "messages": messages(i), "max_tokens": max_tokens, "temperature": temperature,
             "ignore_eos": ignore_eos, "stream": True, "stream_options": {"include_usage": True}}
     sent, first, chunks, usage, arrivals = time.perf_counter(), None, 0, None, []
     async with session.post(url + "/v1/chat/completions", json=body) as r:
@@ -97,14 +97,14 @@ async def _request(session, url: str, model: str, i: int, max_tokens: int,
 
 async def closed_loop(url: str, model: str, concurrency: int, num_requests: int, max_tokens: int,
                       first_id: int = 0, messages: Callable[[int], list[dict]] = chat_messages,
-                      ignore_eos: bool = True) -> LoadResult:
+                      ignore_eos: bool = True, temperature: float = 0.0) -> LoadResult:
     import aiohttp
 
     result, queue = LoadResult(), iter(range(first_id, first_id + num_requests))
 
     async def client(session):
         for i in queue:  # one shared iterator: each request id is taken once
-            ttft, tokens, gaps = await _request(session, url, model, i, max_tokens, messages, ignore_eos)
+            ttft, tokens, gaps = await _request(session, url, model, i, max_tokens, messages, ignore_eos, temperature)
             result.ttfts.append(ttft)
             result.itls.extend(gaps)
             result.tokens += tokens

@@ -53,6 +53,10 @@ def register(bench_app: typer.Typer) -> None:
         vllm_python: str | None = typer.Option(None, help="python of a vLLM CPU virtualenv for the vllm baseline, "
                                                           "served or offline (default: the one e2e/vllm/build.sh "
                                                           "builds and caches)."),
+        temperature: float = typer.Option(0.0, help="chat: the requests' sampling temperature (0: greedy)."),
+        cpus: str | None = typer.Option(None, help="chat: pin every server, each with all its processes, to these "
+                                                   "CPUs (taskset's list: 1, or 2-3), the load client to the others: "
+                                                   "one core per server, whatever processes it runs."),
     ) -> None:
         """Our engine vs transformers sequential generate, a static padded batch and transformers' continuous
         batching, side by side on one workload; prints tokens/s, ratios, KV usage and prefix-cache hits. With
@@ -73,7 +77,7 @@ def register(bench_app: typer.Typer) -> None:
 
             run_served(model, _names(baselines, "llamacpp,llamacpp-q4_1"), _counts(concurrency), threads, dtype,
                        max_model_len, max_tokens, num_requests, llama_server, vllm_python, prompts,
-                       speculative_config)
+                       speculative_config, cpus, temperature)
             return
         from floodway.engine.bench.runner import run
 

@@ -65,19 +65,32 @@ VLLM = "vllm"  # vLLM's CPU build (e2e/vllm/build.sh) on our engine's folder of 
 BATCH_TOKENS = 2048  # each server's token budget per step (our engine's default)
 
 
+def cpu_list(text: str) -> set[int]:
+    """The CPUs of a taskset-style list ("1", "0,2", "2-3") (pure); ValueError on anything else."""
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    if not cpus or min(cpus) < 0:
+        raise ValueError(f"not a CPU list: {text!r}")
+    return cpus
+
+
 def start_servers(servers: list[tuple[str, procs.Proc]], model: str, baselines: list[str], slots: int, threads: int,
            dtype: str, max_model_len: int, llama_server: str | None, logs: str,
            ready_s: dict[str, float] | None = None, vllm_python: str | None = None,
-           speculative_config: str = NGRAM) -> None:
+           speculative_config: str = NGRAM, cpus: set[int] | None = None) -> None:
     """Starts each server and appends it to `servers` as soon as it runs (so a later failure still stops it);
-    `ready_s` gets each one's seconds from its start to ready."""
+    `ready_s` gets each one's seconds from its start to ready. `cpus`: each server and every process it starts
+    run on these CPUs only (taskset; the children inherit it)."""
     env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
     ready_s = {} if ready_s is None else ready_s
+    pin = ["taskset", "--cpu-list", ",".join(map(str, sorted(cpus)))] if cpus else []
 
     def add(name: str, argv: list[str], port: int, path: str, timeout_s: float, env: dict | None = None,
             log: str | None = None) -> None:
         began = time.perf_counter()
-        servers.append((name, procs.start(argv, port, path, timeout_s=timeout_s, env=env,
+        servers.append((name, procs.start(pin + argv, port, path, timeout_s=timeout_s, env=env,
                                           log_path=f"{logs}/{log or name.replace(' ', '-')}.log")))
         ready_s[name] = time.perf_counter() - began
 
@@ -103,7 +116,7 @@ def start_servers(servers: list[tuple[str, procs.Proc]], model: str, baselines: 
         port = procs.free_port()
         spec = vllm.spec(model, SERVED, dtype, slots, max_model_len, BATCH_TOKENS)
         argv = vllm.server_argv(vllm.python(vllm_python), spec, port)
-        add(VLLM, argv, port, "/health", 1200, vllm.server_env(threads))
+        add(VLLM, argv, port, "/health", 1200, vllm.server_env(threads, cpus))
 
 
 def process_tree(pid: int) -> list[int]:
@@ -163,7 +176,8 @@ def busiest_and_others(before: dict[str, float], after: dict[str, float]) -> tup
 
 def run(model: str, baselines: list[str], concurrencies: list[int], threads: int, dtype: str, max_model_len: int,
         max_tokens: int, num_requests: int | None, llama_server: str | None, vllm_python: str | None = None,
-        prompts: str = "chat", speculative_config: str = NGRAM) -> None:
+        prompts: str = "chat", speculative_config: str = NGRAM, cpus: str | None = None,
+        temperature: float = 0.0) -> None:
     unknown = [b for b in baselines if b not in BASELINES and not ours(b) and b != VLLM]
     if unknown:
         raise typer.BadParameter(f"unknown baseline(s) {unknown} for the chat workload; choose from "
@@ -171,6 +185,13 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
     if prompts not in PROMPTS:
         raise typer.BadParameter(f"unknown prompts {prompts!r}; choose from {list(PROMPTS)}")
     messages_of, ignore_eos = PROMPTS[prompts]
+    try:
+        pinned = cpu_list(cpus) if cpus else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    client = os.sched_getaffinity(0) - (pinned or set())
+    if not client:
+        raise typer.BadParameter(f"--cpus {cpus} leaves no CPU for the load client")
     from floodway.engine.models.smollm2 import NAME
 
     if any(b in BASELINES for b in baselines) and model != NAME:
@@ -186,7 +207,8 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
         servers: list[tuple[str, procs.Proc]] = []
         try:
             start_servers(servers, model, baselines, max(concurrencies), threads, dtype, max_model_len, llama_server,
-                          logs, ready_s, vllm_python, speculative_config)
+                          logs, ready_s, vllm_python, speculative_config, pinned)
+            os.sched_setaffinity(0, client)  # the load client off the servers' CPUs
             for _, proc in servers:  # warm-up: first-request costs (and batch 1's and 2's compiles) stay out
                 for c in (1, 2):
                     asyncio.run(closed_loop(proc.url, SERVED, c, 2, 8, first_id=10**6 + 10 * c))
@@ -196,7 +218,8 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
                 for name, proc in servers:
                     per_thread = thread_cpu_seconds(proc.pid)
                     result = asyncio.run(closed_loop(proc.url, SERVED, c, n, max_tokens, first_id=first,
-                                                     messages=messages_of, ignore_eos=ignore_eos))
+                                                     messages=messages_of, ignore_eos=ignore_eos,
+                                                     temperature=temperature))
                     result.thread_cpu_seconds = busiest_and_others(per_thread, thread_cpu_seconds(proc.pid))
                     result.cpu_seconds = sum(result.thread_cpu_seconds) if result.thread_cpu_seconds else None
                     rows.append((c, name, result))
@@ -206,16 +229,18 @@ def run(model: str, baselines: list[str], concurrencies: list[int], threads: int
         finally:
             for _, proc in servers:
                 proc.stop(grace_s=10)
-    typer.echo(render(model, dtype, threads, max_tokens, rows, ready_s, peak_rss, prompts))
+    typer.echo(render(model, dtype, threads, max_tokens, rows, ready_s, peak_rss, prompts, temperature))
 
 
 def render(model: str, dtype: str, threads: int, max_tokens: int, rows: list[tuple[int, str, LoadResult]],
            ready_s: dict[str, float] | None = None, peak_rss: dict[str, int] | None = None,
-           prompts: str = "chat") -> str:
+           prompts: str = "chat", temperature: float = 0.0) -> str:
     """A markdown table, each concurrency's systems side by side with ours over each, then each server's seconds
     from start to ready and peak resident memory (pure)."""
+    sampled = f"sampled at temperature {temperature:g}" if temperature else "greedy"
     lines = [f"model: {model} ({dtype} in our engine), {threads or 'default'} thread(s) per server, {prompts} "
-             f"requests of {'' if PROMPTS[prompts][1] else 'up to '}{max_tokens} new tokens, closed loop", "",
+             f"requests of {'' if PROMPTS[prompts][1] else 'up to '}{max_tokens} new tokens, {sampled}, closed loop",
+             "",
              "| concurrency | system | output tok/s | floodway x | TTFT p50 ms | floodway TTFT x | TTFT p99 ms "
              "| tok/CPU-s | CPU ms/tok: busiest thread + others | requests | seconds | ITL p50 ms | ITL p99 ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

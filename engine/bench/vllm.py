@@ -54,9 +54,12 @@ def server_argv(python_exe: str, spec, port: int, host: str = "127.0.0.1") -> li
     return [python_exe, *SERVER_MODULE, *engine_args(spec, host, port), *EAGER]
 
 
-def server_env(threads: int = 0) -> dict[str, str]:
-    """Its environment: a small CPU KV cache, and `threads` torch threads (0: vLLM's own choice)."""
+def server_env(threads: int = 0, cpus: set[int] | None = None) -> dict[str, str]:
+    """Its environment: a small CPU KV cache, `threads` torch threads (0: vLLM's own choice), and where given the
+    CPUs its compute threads bind to (its default binds them by NUMA node, whatever CPUs the process may use)."""
     env = {"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB)}
+    if cpus:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))
     return {**env, "OMP_NUM_THREADS": str(threads)} if threads else env
 
 

@@ -9,6 +9,7 @@ residual is p without d.
 """
 
 import torch
+from floodway.engine.sampler import draw
 
 
 def verify(x: torch.Tensor, drafts: list[list[int]], greedy: list[bool], generators: list[torch.Generator | None],
@@ -27,20 +28,21 @@ def verify(x: torch.Tensor, drafts: list[list[int]], greedy: list[bool], generat
         accept, token = has_draft & (argmax == draft_row), argmax
     else:
         probs = torch.softmax(x, dim=-1)
-        noise = torch.empty_like(probs).exponential_(generator=default_generator)
+        # Per row a uniform for its token (sampler.draw), then one for its draft's test; seeded rows from their stream.
+        u_token = torch.rand(len(draft_row), generator=default_generator, device=dev)
         u = torch.rand(len(draft_row), generator=default_generator, device=dev)
         row = 0
         for d, g, gr in zip(drafts, generators, greedy, strict=True):
             if g is not None and not gr:
                 for j in range(len(d) + 1):
-                    noise[row + j].exponential_(generator=g)
+                    u_token[row + j] = torch.rand(1, generator=g, device=dev)[0]
                     if j < len(d):
                         u[row + j] = torch.rand(1, generator=g, device=dev)[0]
             row += len(d) + 1
         p_draft = probs.gather(1, d_idx[:, None])[:, 0]
         residual = torch.where(has_draft[:, None], probs.scatter(1, d_idx[:, None], 0.0), probs)
         accept = has_draft & torch.where(row_greedy, argmax == draft_row, u < p_draft)
-        token = torch.where(row_greedy, argmax, (residual / noise).argmax(dim=-1))
+        token = torch.where(row_greedy, argmax, draw(residual, u_token))
     accept, token = accept.tolist(), token.tolist()
     out, row = [], 0
     for d in drafts:

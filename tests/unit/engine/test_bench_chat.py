@@ -151,6 +151,15 @@ def test_vllm_gets_the_operators_flags_eager_and_a_cpu_block_size(tmp_path):
     assert flags["--max-num-seqs"] == "32" and flags["--block-size"] == "32"  # vLLM's CPU attention: multiples of 32
     assert "--shutdown-timeout" in argv and argv[-1] == "--enforce-eager"
     assert vllm.server_env(1) == {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    # pinned (--cpus): its compute threads bind to those CPUs, not to a NUMA node's
+    assert vllm.server_env(1, {3, 1})["VLLM_CPU_OMP_THREADS_BIND"] == "1,3"
+
+
+def test_cpu_lists_read_as_taskset_writes_them():
+    assert serving.cpu_list("1") == {1} and serving.cpu_list("0,2") == {0, 2} and serving.cpu_list("2-4") == {2, 3, 4}
+    for bad in ("", "a", "1,,2", "-1"):
+        with pytest.raises(ValueError):
+            serving.cpu_list(bad)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="process trees are read from Linux's /proc")

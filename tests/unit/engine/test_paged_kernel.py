@@ -160,6 +160,38 @@ def test_kernel_inputs_follow_the_packed_order():
     assert build(seqs, 4, [], [], "cpu")[0].kernel is None  # the CPU default builds no kernel inputs
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(9, 3), (8, 2), (4, 4)])
+def test_sdpa_path_chunks_after_a_prefix_match_causal_attention(heads, kv_heads):
+    """The CPU SDPA path on chunks after a cached prefix, folded (a verify's few tokens: length x group within
+    attention.FOLD_ROWS) and not: each equals causal attention over the whole context (fp32, GQA repeat)."""
+    bs, head_dim, group = 4, 16, heads // kv_heads
+    lengths = [2, 3, attention.FOLD_ROWS // group, attention.FOLD_ROWS // group + 1]
+    chunks = [(17 - 2 * i, n) for i, n in enumerate(lengths)]  # (cached prefix, chunk length), in packed order
+    pool = Pool([p + n for p, n in chunks], bs, kv_heads, head_dim, torch.float32, seed=4)
+    seqs = [SeqInput([0] * n, p, pool.tables[row].tolist(), True) for row, (p, n) in enumerate(chunks)]
+    meta = build(seqs, bs, [pool.k], [pool.v], "cpu", kernels=False)[0]
+    assert meta.decodes == [] and [p.length for p in meta.prefills] == lengths
+    q = torch.randn(sum(lengths), heads, head_dim, generator=torch.Generator().manual_seed(5))
+    # This step's K/V as the pool holds them at the chunks' positions: writing them back changes nothing.
+    k, v = (torch.cat([t[pool.positions(row, p + n)][p:] for row, (p, n) in enumerate(chunks)])
+            for t in (pool.k, pool.v))
+    out = attention.attend(meta, 0, q, k, v, 0.3)
+    for row, c in enumerate(meta.prefills):
+        _close(out[c.start:c.start + c.length], pool.reference(row, q[c.start:c.start + c.length], 0.3), torch.float32)
+
+
+def test_verify_attention_bench_prints_every_row_and_both_paths_agree(capsys):
+    """`python -P -m floodway.engine.bench.verify_attention` cannot rot: a row per dtype, context and chunk, the
+    folded path equal to the unfolded one within the dtype's rounding."""
+    from floodway.engine.bench import verify_attention as bench
+
+    assert bench.main(["--repeat", "1"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| b")
+            or line.startswith("| f")]
+    assert len(rows) == 2 * len(bench.CONTEXTS) * len(bench.NEW_TOKENS)
+    assert all(float(r[-1]) <= TOL[getattr(torch, r[0].strip())] for r in rows), rows
+
+
 class TestKernelCases:
     """Run only where triton executes kernels: in the interpreter child, or compiled on CUDA."""
     __test__ = INTERPRETED or DEVICE == "cuda"
