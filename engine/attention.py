@@ -6,8 +6,9 @@ step's new K/V into the paged cache by slot and attends over each sequence's blo
 batch of shape [1, T]: single-token sequences (decodes) first, sorted by context length, then prefill chunks.
 Decodes of similar length form a group that shares one SDPA call over K/V gathered whole blocks at a time by
 block table (padded to the group's longest context, masked), with the query heads of a KV group folded into
-the query length so GQA needs no K/V repeat. Each prefill chunk is its own call; a short one after a cached prefix
-(a speculative verify's drafts) folds its heads the same way (FOLD_ROWS).
+the query length so GQA needs no K/V repeat. Each prefill chunk is its own call; after a cached prefix a short one
+(a speculative verify's drafts) folds its heads the same way (FOLD_ROWS), and a long one attends to the prefix and
+to itself in two passes merged by their log-sum-exps (SPLIT_MIN).
 On CUDA the step carries KernelInputs instead, and two Triton kernels (engine/kernels/) read K/V in place by
 block table: one call for all decodes, one for all prefill chunks.
 """
@@ -25,6 +26,12 @@ KERNELS_AVAILABLE = importlib.util.find_spec("triton") is not None
 # one block together attends as one block per KV head, not one nearly empty block per query head (a 4-token verify
 # over 400 cached tokens, SmolLM2's 9 heads over 3: 1.5x faster in bf16, 1.4x in float32; docs/benchmarks/).
 FOLD_ROWS = 32
+# A chunk after a cached prefix under one mask over its whole context: torch's CPU flash kernel computes every
+# query-key pair, the causally hidden half of the chunk's own block included. From this length on the chunk attends
+# to the prefix unmasked and to itself causally instead (_split): 1.05-1.21x faster at 768 tokens, 1.33-1.55x at
+# 2,048; at 256-512 tokens 0.97-1.09x, so shorter chunks keep the one masked call (docs/benchmarks/).
+SPLIT_MIN = 768
+_FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
 
 
 @dataclass
@@ -105,6 +112,9 @@ def attend(meta: StepMeta, layer: int, q, k, v, scaling) -> torch.Tensor:
         if p.mask is not None and p.length * group <= FOLD_ROWS:
             out[p.start:p.start + p.length] = _folded(qp, kp, vp, p.mask, scaling)
             continue
+        if p.mask is not None and p.length >= SPLIT_MIN and q.device.type == "cpu":
+            out[p.start:p.start + p.length] = _split(qp, kp, vp, p.ctx_len - p.length, scaling)
+            continue
         op = F.scaled_dot_product_attention(qp.transpose(0, 1).unsqueeze(0), kp, vp, attn_mask=p.mask,
                                             is_causal=p.mask is None, scale=scaling, enable_gqa=group > 1)
         out[p.start:p.start + p.length] = op[0].transpose(0, 1)
@@ -120,6 +130,26 @@ def _folded(q, k, v, mask, scaling):
     qf = q.view(length, num_kv, group, head_dim).permute(1, 2, 0, 3).reshape(1, num_kv, group * length, head_dim)
     o = F.scaled_dot_product_attention(qf, k, v, attn_mask=mask.repeat(group, 1), scale=scaling)
     return o.view(num_kv, group, length, head_dim).permute(2, 0, 1, 3).reshape(length, num_heads, head_dim)
+
+
+def _split(q, k, v, prefix: int, scaling):
+    """q [L, H, hd], the last L of k, v [1, KVH, ctx, hd], attending causally: over the `prefix` positions before
+    it with no mask (query heads folded, as _folded) and over its own causally (K/V repeated per query head), the two
+    merged by their log-sum-exps: [L, H, hd]."""
+    length, num_heads, head_dim = q.shape
+    num_kv = k.shape[1]
+    group = num_heads // num_kv
+    qh = q.transpose(0, 1).unsqueeze(0)  # [1, H, L, hd]
+    o1, lse1 = _FLASH_CPU(qh.reshape(1, num_kv, group * length, head_dim), k[:, :, :prefix], v[:, :, :prefix],
+                          scale=scaling)
+    k_own, v_own = (t[:, :, prefix:].repeat_interleave(group, 1) for t in (k, v))
+    o2, lse2 = _FLASH_CPU(qh, k_own, v_own, is_causal=True, scale=scaling)
+    lse1 = lse1.reshape(1, num_heads, length)
+    top = torch.maximum(lse1, lse2)
+    w1, w2 = (lse1 - top).exp_(), (lse2 - top).exp_()
+    total = w1 + w2
+    o = o1.reshape(1, num_heads, length, head_dim) * (w1 / total).unsqueeze(-1) + o2 * (w2 / total).unsqueeze(-1)
+    return o[0].transpose(0, 1).to(q.dtype)
 
 
 def _kernels():

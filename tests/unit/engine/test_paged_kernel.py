@@ -163,9 +163,11 @@ def test_kernel_inputs_follow_the_packed_order():
 @pytest.mark.parametrize("heads,kv_heads", [(9, 3), (8, 2), (4, 4)])
 def test_sdpa_path_chunks_after_a_prefix_match_causal_attention(heads, kv_heads):
     """The CPU SDPA path on chunks after a cached prefix, folded (a verify's few tokens: length x group within
-    attention.FOLD_ROWS) and not: each equals causal attention over the whole context (fp32, GQA repeat)."""
+    attention.FOLD_ROWS), split (from attention.SPLIT_MIN on) and neither: each equals causal attention over the
+    whole context (fp32, GQA repeat)."""
     bs, head_dim, group = 4, 16, heads // kv_heads
-    lengths = [2, 3, attention.FOLD_ROWS // group, attention.FOLD_ROWS // group + 1]
+    lengths = [attention.SPLIT_MIN + 3, attention.SPLIT_MIN, 2, 3, attention.FOLD_ROWS // group,
+               attention.FOLD_ROWS // group + 1]
     chunks = [(17 - 2 * i, n) for i, n in enumerate(lengths)]  # (cached prefix, chunk length), in packed order
     pool = Pool([p + n for p, n in chunks], bs, kv_heads, head_dim, torch.float32, seed=4)
     seqs = [SeqInput([0] * n, p, pool.tables[row].tolist(), True) for row, (p, n) in enumerate(chunks)]
@@ -180,16 +182,15 @@ def test_sdpa_path_chunks_after_a_prefix_match_causal_attention(heads, kv_heads)
         _close(out[c.start:c.start + c.length], pool.reference(row, q[c.start:c.start + c.length], 0.3), torch.float32)
 
 
-def test_verify_attention_bench_prints_every_row_and_both_paths_agree(capsys):
-    """`python -P -m floodway.engine.bench.verify_attention` cannot rot: a row per dtype, context and chunk, the
-    folded path equal to the unfolded one within the dtype's rounding."""
-    from floodway.engine.bench import verify_attention as bench
+def test_chunk_attention_bench_prints_every_row_and_both_paths_agree(capsys):
+    """`python -P -m floodway.engine.bench.chunk_attention` cannot rot: a row per chunk, the shipped path (folded or
+    split) equal to one masked call within float32 rounding. Its long chunks are timed twice each: seconds."""
+    from floodway.engine.bench import chunk_attention as bench
 
-    assert bench.main(["--repeat", "1"]) == 0
-    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| b")
-            or line.startswith("| f")]
-    assert len(rows) == 2 * len(bench.CONTEXTS) * len(bench.NEW_TOKENS)
-    assert all(float(r[-1]) <= TOL[getattr(torch, r[0].strip())] for r in rows), rows
+    assert bench.main(["--repeat", "1", "--dtypes", "float32"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| float32")]
+    assert len(rows) == len(bench.CASES)
+    assert all(float(r[-1]) <= TOL[torch.float32] for r in rows), rows
 
 
 class TestKernelCases:
