@@ -54,6 +54,11 @@ class Runtime:
     speculative_fields: tuple[str, ...] = ("method", "num_speculative_tokens", "prompt_lookup_min",
                                            "prompt_lookup_max", "model")
     max_speculative_tokens: int | None = None
+    # On CPU (resources.gpus 0): the multiple of tokens its KV blocks must be (engine.blockSize is rounded up to
+    # it), and its flag for the KV cache's bytes, where without it the runtime sizes the cache from the host's
+    # memory rather than the pod's (the operator passes our engine's CPU default, engine.config.DEFAULT_CPU_KV_BYTES).
+    cpu_block_multiple: int = 1
+    cpu_kv_bytes_flag: str | None = None
 
 
 _VLLM_METRICS = MetricNames(
@@ -70,9 +75,12 @@ RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
             quantizations=quant_formats.METHODS, quantization_flag="--quantization",
             speculative_methods=spec_config.METHODS, max_speculative_tokens=spec_config.MAX_SPECULATIVE_TOKENS),
     # vLLM answers /health only once the model is loaded and has no separate readiness endpoint; past its
-    # --max-num-queued-reqs it answers 503 (so that load balancers retry elsewhere).
+    # --max-num-queued-reqs it answers 503 (so that load balancers retry elsewhere). Its CPU attention takes blocks
+    # of a multiple of 32 tokens (16 fails at start), and its CPU KV cache defaults to a share of the NUMA node's
+    # available memory, which a pod's memory limit does not bound.
     Runtime("vllm", "vllm/vllm-openai:v0.32.0", _VLLM_METRICS, ready_path="/health",
             tensor_parallel_flag="--tensor-parallel-size", full_status=503,
+            cpu_block_multiple=32, cpu_kv_bytes_flag="--kv-cache-memory-bytes",
             quantizations=("auto", "awq", "gptq", "compressed-tensors", "fp8"), quantization_flag="--quantization",
             quantization_note="vLLM loads no GGUF file and quantizes nothing to int8/int4 at load, runtime floodway "
                               "does both; it serves a checkpoint as it ships, so a float one takes auto",

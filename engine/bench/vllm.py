@@ -16,8 +16,6 @@ SERVER_MODULE = ("-P", "-m", "vllm.entrypoints.openai.api_server")
 # Eager mode: vLLM's default compiles the model before it serves; eager was ready 3.4x sooner here (85 s against
 # 291 s on a loaded 2-core machine, e2e/vllm/README.md). Its steady-state speed compiled is not measured yet.
 EAGER = ("--enforce-eager",)
-CPU_BLOCK_SIZE = 32  # vLLM's CPU attention takes KV blocks of a multiple of 32 tokens (the spec's default is 16)
-KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: its CPU KV cache, GiB (its default, 4, is more than a test needs)
 
 
 def python(path: str | None = None, build: bool = True) -> str | None:
@@ -36,15 +34,15 @@ def python(path: str | None = None, build: bool = True) -> str | None:
 
 def spec(model: str, served: str, dtype: str, max_num_seqs: int, max_model_len: int, max_num_batched_tokens: int):
     """The InferenceServiceSpec of a CPU service running vLLM on `model` (a built-in name or a folder), the dtype
-    our engine takes for `auto` on CPU (float32) where `auto` is given."""
+    our engine takes for `auto` on CPU (float32) where `auto` is given. The operator renders its CPU block size and
+    KV bytes (operator/runtimes.py)."""
     from floodway.engine.models.builtin import resolve_model
     from floodway.operator.spec import InferenceServiceSpec
 
     return InferenceServiceSpec.model_validate({
         "model": resolve_model(model), "servedModelName": served, "resources": {"gpus": 0},
         "engine": {"runtime": "vllm", "dtype": "float32" if dtype == "auto" else dtype, "maxModelLen": max_model_len,
-                   "maxNumSeqs": max_num_seqs, "maxNumBatchedTokens": max_num_batched_tokens,
-                   "blockSize": CPU_BLOCK_SIZE}})
+                   "maxNumSeqs": max_num_seqs, "maxNumBatchedTokens": max_num_batched_tokens}})
 
 
 def server_argv(python_exe: str, spec, port: int, host: str = "127.0.0.1") -> list[str]:
@@ -55,12 +53,10 @@ def server_argv(python_exe: str, spec, port: int, host: str = "127.0.0.1") -> li
 
 
 def server_env(threads: int = 0, cpus: set[int] | None = None) -> dict[str, str]:
-    """Its environment: a small CPU KV cache, `threads` torch threads (0: vLLM's own choice), and where given the
-    CPUs its compute threads bind to (its default binds them by NUMA node, whatever CPUs the process may use)."""
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB)}
-    if cpus:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))
-    return {**env, "OMP_NUM_THREADS": str(threads)} if threads else env
+    """Its environment: `threads` torch threads (0: vLLM's own choice) and, where given, the CPUs its compute
+    threads bind to (its default binds them by NUMA node, whatever CPUs the process may use)."""
+    env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+    return {**env, "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(cpus)))} if cpus else env
 
 
 def run_offline(python_exe: str, wl, model: str, dtype: str, max_model_len: int, max_num_seqs: int,
@@ -68,9 +64,11 @@ def run_offline(python_exe: str, wl, model: str, dtype: str, max_model_len: int,
     """vLLM's offline engine on the workload (vllm_offline.py, in its own virtualenv, the engine core in that one
     process), with the same engine settings and KV bytes as ours: a RunResult of the timed generate, or its error."""
     from floodway.engine.bench.systems import RunResult
+    from floodway.operator.runtimes import runtime
 
+    block = runtime("vllm").cpu_block_multiple  # what the operator renders for a CPU pod
     job = {"model": model, "dtype": dtype, "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
-           "max_num_batched_tokens": max_num_batched_tokens, "block_size": CPU_BLOCK_SIZE,
+           "max_num_batched_tokens": max_num_batched_tokens, "block_size": block,
            "kv_cache_bytes": kv_cache_bytes, "prompts": wl.prompts, "max_tokens": wl.max_tokens}
     # VLLM_CPU_KVCACHE_SPACE would override the KV bytes given.
     env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
@@ -82,4 +80,4 @@ def run_offline(python_exe: str, wl, model: str, dtype: str, max_model_len: int,
         return RunResult("vllm offline", error=f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
     return RunResult("vllm offline", r["tokens"], r["seconds"], r["cpu_seconds"],
-                     note=f"eager, block {CPU_BLOCK_SIZE}, {kv_cache_bytes / 2**20:.0f} MiB KV")
+                     note=f"eager, block {block}, {kv_cache_bytes / 2**20:.0f} MiB KV")

@@ -3,6 +3,7 @@
 import json
 from collections.abc import Callable
 
+from floodway.engine.config import DEFAULT_CPU_KV_BYTES
 from floodway.engine.spec_decode import config as spec_config
 from floodway.operator.runtimes import runtime
 from floodway.operator.spec import InferenceServiceSpec
@@ -26,12 +27,23 @@ def _scheduling_policy(spec: InferenceServiceSpec) -> list[str]:
     return [] if p == "fcfs" else ["--scheduling-policy", p]
 
 
+def block_size(spec: InferenceServiceSpec) -> int:
+    """engine.blockSize as the runtime takes it: on CPU rounded up to the multiple its attention needs."""
+    multiple = runtime(spec.engine.runtime).cpu_block_multiple if spec.resources.gpus == 0 else 1
+    return -(-spec.engine.block_size // multiple) * multiple
+
+
+def _cpu_kv_bytes(spec: InferenceServiceSpec) -> list[str]:
+    flag = runtime(spec.engine.runtime).cpu_kv_bytes_flag
+    return [flag, str(DEFAULT_CPU_KV_BYTES)] if flag and spec.resources.gpus == 0 else []
+
+
 def _vllm_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
     # vLLM's flags; our engine takes the same names.
     e = spec.engine
     return ["--model", spec.model_source, "--served-model-name", spec.model_name, "--host", host, "--port", str(port),
             "--dtype", e.dtype, "--max-model-len", str(e.max_model_len), "--max-num-seqs", str(e.max_num_seqs),
-            "--max-num-batched-tokens", str(e.max_num_batched_tokens), "--block-size", str(e.block_size),
+            "--max-num-batched-tokens", str(e.max_num_batched_tokens), "--block-size", str(block_size(spec)),
             "--gpu-memory-utilization", str(e.gpu_memory_utilization),
             "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
             *_quantization(spec), *_speculative_config(spec), *_scheduling_policy(spec)]
@@ -58,7 +70,8 @@ def _drain_s(spec: InferenceServiceSpec) -> int:
 
 def _vllm_only_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:
     # vLLM aborts every request in flight on SIGTERM unless given a shutdown timeout (its default, 0, aborts).
-    return _vllm_args(spec, host, port) + ["--shutdown-timeout", str(_drain_s(spec))] + _lora(spec, False)
+    return _vllm_args(spec, host, port) + ["--shutdown-timeout", str(_drain_s(spec))] + _cpu_kv_bytes(spec) + \
+        _lora(spec, False)
 
 
 def _floodway_args(spec: InferenceServiceSpec, host: str, port: int) -> list[str]:

@@ -190,7 +190,7 @@ class EngineSpec(SpecModel):
     max_num_batched_tokens: int = Field(2048, ge=1)
     """Token budget of one engine step (prefill chunks plus decodes)."""
     block_size: int = Field(16, ge=1, le=256)
-    """Tokens per KV-cache block."""
+    """Tokens per KV-cache block (runtime vllm on CPU: rounded up to a multiple of 32, what its attention takes)."""
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     """Share of GPU memory the engine may use for weights, activations and KV cache."""
     enable_prefix_caching: bool = True

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from floodway.engine.bench import chat_load, llamacpp, served_overhead, serving, speculative, vllm
 from floodway.engine.bench.chat_load import LoadResult
+from floodway.engine.config import DEFAULT_CPU_KV_BYTES
 
 
 def test_bf16_gguf_dequantizes_every_matrix_and_keeps_metadata(tmp_path):
@@ -149,10 +150,12 @@ def test_vllm_gets_the_operators_flags_eager_and_a_cpu_block_size(tmp_path):
     assert flags["--model"] == str(tmp_path) and flags["--served-model-name"] == "m" and flags["--port"] == "8123"
     assert flags["--dtype"] == "float32"  # auto: what our engine takes on CPU, not vLLM's own choice
     assert flags["--max-num-seqs"] == "32" and flags["--block-size"] == "32"  # vLLM's CPU attention: multiples of 32
+    kv = argv[argv.index("--kv-cache-memory-bytes") + 1]
+    assert kv == str(DEFAULT_CPU_KV_BYTES)  # not a share of the host's memory
     assert "--shutdown-timeout" in argv and argv[-1] == "--enforce-eager"
-    assert vllm.server_env(1) == {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    assert vllm.server_env(1) == {"OMP_NUM_THREADS": "1"}
     # pinned (--cpus): its compute threads bind to those CPUs, not to a NUMA node's
-    assert vllm.server_env(1, {3, 1})["VLLM_CPU_OMP_THREADS_BIND"] == "1,3"
+    assert vllm.server_env(1, {3, 1}) == {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "1,3"}
 
 
 def test_cpu_lists_read_as_taskset_writes_them():

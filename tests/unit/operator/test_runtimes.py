@@ -55,6 +55,21 @@ def test_vllm_and_ours_share_vllm_flags():
     assert "--tensor-parallel-size" not in flags(engine_args(spec("vllm", gpus=1), "h", 1))
 
 
+def test_vllm_on_cpu_gets_blocks_its_attention_takes_and_a_kv_cache_the_pod_bounds():
+    """vLLM's CPU attention takes blocks of a multiple of 32 tokens (16 fails at start), and without a size its CPU
+    KV cache takes a share of the host's memory: on CPU the operator rounds the block size up and passes our
+    engine's CPU KV default. On GPUs, and for our engine on CPU, the spec's values go through as they are."""
+    from floodway.engine.config import DEFAULT_CPU_KV_BYTES
+
+    for block, rendered in ((16, "32"), (32, "32"), (40, "64")):
+        cpu = flags(engine_args(spec("vllm", gpus=0, blockSize=block), "h", 1))
+        assert cpu["--block-size"] == rendered and cpu["--kv-cache-memory-bytes"] == str(DEFAULT_CPU_KV_BYTES)
+    gpu = flags(engine_args(spec("vllm", gpus=1, blockSize=16), "h", 1))
+    assert gpu["--block-size"] == "16" and "--kv-cache-memory-bytes" not in gpu
+    ours = flags(engine_args(spec("floodway", gpus=0, blockSize=16), "h", 1))
+    assert ours["--block-size"] == "16" and "--kv-cache-memory-bytes" not in ours
+
+
 def test_a_model_on_a_claim_is_loaded_from_its_mount():
     s = spec("sglang", storage={"modelClaim": {"name": "models", "path": "qwen"}})
     assert flags(engine_args(s, "h", 1))["--model-path"] == "/models/qwen"
