@@ -23,13 +23,14 @@ ATTN_NAME = "floodway_paged"
 # CUDA steps use the Triton kernels where triton is installed (it comes with PyPI's CUDA torch), else the SDPA path.
 KERNELS_AVAILABLE = importlib.util.find_spec("triton") is not None
 # torch's CPU flash attention takes query rows in blocks of 32 per head: a chunk whose query heads of a KV group fit
-# one block together attends as one block per KV head, not one nearly empty block per query head (a 4-token verify
-# over 400 cached tokens, SmolLM2's 9 heads over 3: 1.5x faster in bf16, 1.4x in float32; docs/benchmarks/).
+# one block together attends as one block per KV head, not one nearly empty block per query head (SmolLM2's 9 heads
+# over 3, a layer call with 2-9 new tokens: 1.07-1.44x faster in bf16; in float32 1.05-1.20x after 400 or more
+# cached tokens, 0.92-0.98x after 128; docs/benchmarks/2026-12-06-vllm-one-core.md).
 FOLD_ROWS = 32
 # A chunk after a cached prefix under one mask over its whole context: torch's CPU flash kernel computes every
 # query-key pair, the causally hidden half of the chunk's own block included. From this length on the chunk attends
-# to the prefix unmasked and to itself causally instead (_split): 1.05-1.21x faster at 768 tokens, 1.33-1.55x at
-# 2,048; at 256-512 tokens 0.97-1.09x, so shorter chunks keep the one masked call (docs/benchmarks/).
+# to the prefix unmasked and to itself causally instead (_split): 1.03-1.22x faster at 768 tokens, 1.32-1.57x at
+# 2,048; at 256-512 tokens 0.81-1.09x, so shorter chunks keep the one masked call (the same page).
 SPLIT_MIN = 768
 _FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
 
