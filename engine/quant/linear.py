@@ -4,9 +4,9 @@ Every linear a model calls (float `nn.Linear`, `packed_linear.PackedLinear`, or 
 [T, out] and has `in_features`, `out_features`, and `kernel` (a name for the startup log and /debug/engine;
 `kernel_of` names the float ones). A per-row LoRA delta can wrap any of them from outside: y = base(x) + delta(x).
 
-CPU: torch's packed int4 matmul (`_weight_int4pack_mm_for_cpu`: w = (q - 8) * scale + zero per group of 32..256
-columns) computes in bfloat16; its float32 path runs several times slower than a float32 matmul, so float32 is
-refused rather than served slowly. int8 codes are split into their high and low nibbles, two int4 weights side by
+CPU: int4 matmuls in bfloat16, ours (`kernels/cpu_int4.c`, AVX-512 BF16) where the CPU has it, else torch's packed
+one (`_weight_int4pack_mm_for_cpu`, whose float32 path runs several times slower than a float32 matmul: float32 is
+refused rather than served slowly). int8 codes are split into their high and low nibbles, two int4 weights side by
 side along the input (x repeated), which keeps int8's group-wise scales exact in one call; torch's own int8 kernel
 (`_weight_int8pack_mm`) takes one scale per output row only, so it cannot hold Q8_0. CUDA: our Triton kernel
 (`kernels/quant_matmul.py`) dequantizes each tile in the GEMM.
@@ -23,6 +23,7 @@ kernel) and a GPU.
 """
 
 import torch
+from floodway.engine.kernels import cpu_int4
 from floodway.engine.quant import weights
 from floodway.engine.quant.formats import Unsupported
 from floodway.engine.quant.weights import QuantWeight
@@ -31,6 +32,7 @@ from torch import nn
 CPU_GROUPS = (32, 64, 128, 256)  # the groups the CPU int4 kernel takes
 SPREAD_GROUP = 16  # served spread over CPU_GROUPS[0] columns on CPU
 NO_QUANTIZATION = "--quantization none"
+CPU_INT4 = "ours" if cpu_int4.available() else "torch"  # the CPU kernel: ours (AVX-512 BF16) or torch's
 
 
 def served_group(group: int) -> int | None:
@@ -75,7 +77,7 @@ def make(w: QuantWeight, bias: torch.Tensor | None, device: torch.device, dtype:
         spread = w.group if w.group == SPREAD_GROUP else None
         if spread:
             w = weights.spread(w, CPU_GROUPS[0])
-        return (CpuInt4Linear if w.bits == 4 else CpuInt8Linear)(w, bias, dtype, spread)
+        return CpuLinear(w, bias, dtype, spread)
     return TritonLinear(w, bias, device, dtype)
 
 
@@ -100,74 +102,64 @@ def kernel_of(module: nn.Module) -> str:
     return f"F.linear {str(module.weight.dtype).removeprefix('torch.')}"
 
 
-# Rows packed at a time. The packer takes int32 codes, 4 bytes a weight: the tied head of SmolLM2 alone was 226 MB at
-# once, the load's peak. Its layout interleaves rows within blocks of 64, so chunks of a multiple of 64 pack the same.
+# Rows packed at a time by torch's packer. It takes int32 codes, 4 bytes a weight: the tied head of SmolLM2 alone was
+# 226 MB at once, the load's peak. Its layout interleaves rows within blocks of 64, so chunks of a multiple of 64 pack
+# the same.
 PACK_ROWS = 4096
-
-
-def _tinygemm(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, dtype) -> tuple[torch.Tensor, ...]:
-    """codes [N, K] in 0..15 and w = (codes - 8) * scale + zero per group -> (packed, scale_and_zero [G, N, 2])."""
-    packed = torch.cat([torch.ops.aten._convert_weight_to_int4pack_for_cpu(rows.to(torch.int32).contiguous(), 1)
-                        for rows in codes.split(PACK_ROWS)])
-    return packed, torch.stack([scale, zero], -1).transpose(0, 1).to(dtype).contiguous()
-
-
-class _CpuLinear(nn.Module):
-    # The kernel multiplies rows in blocks of 4, unpacking the weights once per block: a fifth row costs about a whole
-    # block (576 x 3072, one thread: 4 rows 83 us, 5 rows 130 us, 1 row 47 us). Speculation prices drafts by it.
-    ROW_TILE = 4
-
-    def __init__(self, w: QuantWeight, bias: torch.Tensor | None, dtype: torch.dtype, spread: int | None):
-        """spread: the weight's own group where `weights.spread` laid it over w.group columns (None: not spread)."""
-        super().__init__()
-        self.out_features, in_f = w.shape
-        self.in_features = in_f if spread is None else in_f // w.group * spread
-        self.group, self.perm, self.spread = w.group, w.perm, spread
-        self.bias = None if bias is None else bias.detach().to(dtype)
-        note = self.KERNEL_NOTE + (f", groups of {spread} spread over {w.group}" if spread else "")
-        self.kernel = f"aten._weight_int4pack_mm_for_cpu ({w.name}, group {w.group}{note})"
-
-    def _mm(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
-        return y if self.bias is None else y + self.bias
 
 
 def _centred(codes: torch.Tensor, bits: int) -> tuple[torch.Tensor, int]:
     """(codes + c, c): c centres codes that use fewer than `bits` bits (GGUF's 2-, 3-, 5- and 6-bit ones) on
-    2^(bits - 1), the kernel's own offset, so that the bf16-rounded scale and zero it multiplies are not large terms
-    that cancel (uncentred, 5-bit codes on the int8 path measured 10x Q8_0's error). Still below 2^bits."""
+    2^(bits - 1), the kernels' own offset, so that the bf16-rounded scale and zero they multiply are not large
+    terms that cancel (uncentred, 5-bit codes on the int8 path measured 10x Q8_0's error). Still below 2^bits."""
     used = int(codes.max()).bit_length()
     c = (1 << bits - 1) - (1 << used) // 2 if used < bits else 0
     return codes + c, c
 
 
-class CpuInt4Linear(_CpuLinear):
-    KERNEL_NOTE = ""
+class CpuLinear(nn.Module):
+    """int4 codes, or int8 codes as their high and low nibbles: two int4 weights side by side along the input (x
+    repeated), s * q + m = [16 s * hi + m] + [s * lo], which keeps int8's group-wise scales exact in one call.
 
-    def __init__(self, w: QuantWeight, bias, dtype, spread=None):
-        super().__init__(w, bias, dtype, spread)
-        # codes + c: s * codes + m = (codes + c - 8) * s + (m + (8 - c) s)
-        codes, c = _centred(w.codes, 4)
-        self.packed, self.scale_zero = _tinygemm(codes, w.scales, w.mins + (8 - c) * w.scales, dtype)
+    The kernel: ours (kernels/cpu_int4.py) where this CPU has AVX-512 BF16 and it was built, torch's packed int4 one
+    otherwise (w = (q - 8) * scale + zero in bf16; it multiplies rows in blocks of 4, unpacking the weights once per
+    block: a fifth row costs about a whole block, and speculation prices drafts by ROW_TILE)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._mm(_inputs(x, self.perm, self.spread))
-
-
-class CpuInt8Linear(_CpuLinear):
-    KERNEL_NOTE = ", int8 as two nibble planes"
-
-    def __init__(self, w: QuantWeight, bias, dtype, spread=None):
-        super().__init__(w, bias, dtype, spread)
-        # codes + c = 16 hi + lo: s * codes + m = [(hi - 8) * 16s + (m + (128 - c) s)] + [(lo - 8) * s + 8 s]
-        s, m = w.scales, w.mins
-        codes, c = _centred(w.codes, 8)
-        self.packed, self.scale_zero = _tinygemm(torch.cat([codes >> 4, codes & 15], 1), torch.cat([16 * s, s], 1),
-                                                 torch.cat([m + (128 - c) * s, 8 * s], 1), dtype)
+    def __init__(self, w: QuantWeight, bias: torch.Tensor | None, dtype: torch.dtype, spread: int | None = None):
+        """spread: the weight's own group where `weights.spread` laid it over w.group columns (None: not spread)."""
+        super().__init__()
+        self.out_features, in_f = w.shape
+        self.in_features = in_f if spread is None else in_f // w.group * spread
+        self.bits, self.group, self.perm, self.spread = w.bits, w.group, w.perm, spread
+        self.bias = None if bias is None else bias.detach().to(dtype)
+        self.ours = CPU_INT4 == "ours"
+        codes, c = _centred(w.codes, w.bits)  # s * (q + c) + (m - c s)
+        scales, mins = w.scales, w.mins - c * w.scales
+        if w.bits == 8:
+            codes, scales, mins = torch.cat([codes >> 4, codes & 15], 1), torch.cat([16 * scales, scales], 1), \
+                torch.cat([mins, torch.zeros_like(mins)], 1)
+        zeros = mins + 8 * scales  # both kernels take w = (q - 8) * scale + zero
+        if self.ours:
+            self.ROW_TILE = 1
+            self.packed, self.scales, self.zeros = cpu_int4.pack(codes, scales, zeros)
+        else:
+            self.ROW_TILE = 4
+            self.packed = torch.cat([torch.ops.aten._convert_weight_to_int4pack_for_cpu(rows.to(torch.int32)
+                                                                                       .contiguous(), 1)
+                                     for rows in codes.split(PACK_ROWS)])
+            self.scale_zero = torch.stack([scales, zeros], -1).transpose(0, 1).to(dtype).contiguous()
+        name = "floodway avx512-bf16 int4 matmul" if self.ours else "aten._weight_int4pack_mm_for_cpu"
+        note = (", int8 as two nibble planes" if w.bits == 8 else "") + \
+            (f", groups of {spread} spread over {w.group}" if spread else "")
+        self.kernel = f"{name} ({w.name}, group {w.group}{note})"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = _inputs(x, self.perm, self.spread)
-        return self._mm(torch.cat([x, x], -1))
+        if self.bits == 8:
+            x = torch.cat([x, x], -1)
+        y = cpu_int4.matmul(x, self.packed, self.scales, self.zeros, self.out_features) if self.ours else \
+            torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
+        return y if self.bias is None else y + self.bias
 
 
 class Stacked(nn.Module):

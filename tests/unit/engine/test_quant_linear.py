@@ -6,6 +6,7 @@ the errors a loader could make (wrong group size, swapped scales, wrong zero poi
 import numpy as np
 import pytest
 import torch
+from floodway.engine.kernels import cpu_int4
 from floodway.engine.quant import linear, weights
 from floodway.engine.quant.gguf_weights import BLOCKS, decode
 
@@ -13,6 +14,15 @@ from tests.gguf_blocks import random_blocks
 
 gguf = pytest.importorskip("gguf")
 CPU = torch.device("cpu")
+# Every kernel test runs on both CPU kernels: ours where this machine runs it, and torch's packed one.
+KERNELS = ["ours", "torch"] if cpu_int4.available() else ["torch"]
+NAMES = {"ours": "floodway avx512-bf16 int4 matmul", "torch": "aten._weight_int4pack_mm_for_cpu"}
+
+
+@pytest.fixture(params=KERNELS)
+def kernel(request, monkeypatch):
+    monkeypatch.setattr(linear, "CPU_INT4", request.param)
+    return request.param
 
 
 def _gguf_quantized(kind: str, out_f=96, in_f=192, seed=0) -> tuple[weights.QuantWeight, np.ndarray]:
@@ -72,7 +82,7 @@ def _kernel_vs_reference(qw, bias=None, rows=5):
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "int8", "int4"])
 @pytest.mark.parametrize("rows", [1, 7, 40])
-def test_cpu_kernel_matches_the_dequantized_weight(kind, rows):
+def test_cpu_kernel_matches_the_dequantized_weight(kind, rows, kernel):
     if kind.startswith("Q"):
         qw = _gguf_quantized(kind, out_f=160, in_f=224)[0]
     else:
@@ -80,14 +90,15 @@ def test_cpu_kernel_matches_the_dequantized_weight(kind, rows):
     bias = torch.randn(160)
     rel, lin = _kernel_vs_reference(qw, bias, rows)
     assert rel < 1e-2, rel  # bf16 activations and scales: a few ulp of bf16 (2^-8) over the sum
-    assert "_weight_int4pack_mm_for_cpu" in lin.kernel and kind in lin.kernel
+    assert lin.kernel.startswith(NAMES[kernel]) and kind in lin.kernel
     assert lin.in_features == 224 and lin.out_features == 160
 
 
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 def test_packing_in_row_chunks_serves_the_same_weight(kind, monkeypatch):
-    """The packer runs a chunk of rows at a time (its int32 copy is 4 bytes a weight): chunks of 64 rows and a last
-    short one give the weight packed whole."""
+    """Torch's packer runs a chunk of rows at a time (its int32 copy is 4 bytes a weight): chunks of 64 rows and a
+    last short one give the weight packed whole."""
+    monkeypatch.setattr(linear, "CPU_INT4", "torch")
     qw = _gguf_quantized(kind, out_f=176, in_f=192)[0]
     x = torch.randn(3, 192).to(torch.bfloat16)
     whole = linear.make(qw, None, CPU, torch.bfloat16)(x)
@@ -96,7 +107,7 @@ def test_packing_in_row_chunks_serves_the_same_weight(kind, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
-def test_cpu_kernel_serves_five_six_bit_and_k_quant_blocks(kind):
+def test_cpu_kernel_serves_five_six_bit_and_k_quant_blocks(kind, kernel):
     """Groups of 16 (Q2_K, Q3_K, Q6_K) spread over 32 columns; 2- and 3-bit codes on the int4 path and 5- and 6-bit
     ones on the int8 path, centred so that their bf16 scales and zeros do not cancel (uncentred, Q5_0 measured 0.03
     here, 10x the bound)."""
@@ -118,7 +129,7 @@ def _broken(qw: weights.QuantWeight, how: str) -> weights.QuantWeight:
 
 
 @pytest.mark.parametrize("how", ["group", "swapped scales", "zero point"])
-def test_injected_errors_fail_the_kernel_comparison(how):
+def test_injected_errors_fail_the_kernel_comparison(how, kernel):
     qw, reference = _gguf_quantized("Q4_0", out_f=64, in_f=256)
     broken = _broken(qw, how)
     assert not np.allclose(broken.dequantize().numpy(), reference, atol=1e-3)

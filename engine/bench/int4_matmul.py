@@ -1,0 +1,66 @@
+"""The CPU int4 matmul, ours (kernels/cpu_int4.c) against torch's packed one, side by side in one process.
+
+    python3 -P -m floodway.engine.bench.int4_matmul [--threads 1] [--repeat 200] [--rows 1,2,4,5,8,16,64,512]
+
+Each row times one `quant.linear.CpuLinear` call (activations bf16, as served) at a SmolLM2 shape: its Q4_1 layer
+linears and its Q8_0 tied head (int8 as two nibble planes), round-to-nearest codes of a random weight, both
+kernels in alternating rounds (the best of three), and prints microseconds, torch / ours, and each kernel's largest
+error against x @ w.T of the dequantized weight in float32, relative to the largest output.
+"""
+
+import argparse
+
+import torch
+from floodway.engine.bench.gpu_check_speed import seconds_per_call
+from floodway.engine.kernels import cpu_int4
+from floodway.engine.quant import linear, weights
+
+CPU = torch.device("cpu")
+SHAPES = {"qkv": (960, 576, 4), "o_proj": (576, 576, 4), "gate_up": (3072, 576, 4), "down_proj": (576, 1536, 4),
+          "lm_head (Q8_0)": (49152, 576, 8)}  # out, in, bits
+
+
+def compare(out_f: int, in_f: int, bits: int, rows: int, repeat: int, rounds: int = 3) -> dict:
+    qw = weights.rtn(torch.randn(out_f, in_f, generator=torch.Generator().manual_seed(0)), bits)
+    x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    want = x.float() @ qw.dequantize().T
+    shipped, lins = linear.CPU_INT4, {}
+    try:
+        for name in ("ours", "torch"):
+            linear.CPU_INT4 = name
+            lins[name] = linear.make(qw, None, CPU, torch.bfloat16)
+    finally:
+        linear.CPU_INT4 = shipped
+    best = {}
+    for _ in range(rounds):
+        for name, lin in lins.items():
+            best[name] = min(best.get(name, float("inf")), seconds_per_call(lambda f=lin: f(x), CPU, repeat))
+    err = {name: ((lin(x).float() - want).abs().max() / want.abs().max()).item() for name, lin in lins.items()}
+    return {**best, **{f"err {name}": e for name, e in err.items()}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    ap.add_argument("--repeat", type=int, default=200, help="calls per timing at one row (fewer for more rows)")
+    ap.add_argument("--rows", default="1,2,4,5,8,16,64,512", help="comma list of row counts")
+    args = ap.parse_args(argv)
+    if not cpu_int4.available():
+        print("our kernel is not available here (no AVX-512 BF16, or not built): nothing to compare")
+        return 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"CPU int4 matmul, bf16 activations, {torch.get_num_threads()} thread(s)")
+    print("| linear | out x in | rows | torch us | ours us | torch / ours | error torch | error ours |")
+    print("|---|---|---|---|---|---|---|---|")
+    for slot, (out_f, in_f, bits) in SHAPES.items():
+        for rows in map(int, args.rows.split(",")):
+            repeat = max(2, args.repeat * 576 * 3072 // (out_f * in_f * max(1, rows // 4)))
+            r = compare(out_f, in_f, bits, rows, repeat)
+            print(f"| {slot} | {out_f} x {in_f} | {rows} | {r['torch'] * 1e6:.1f} | {r['ours'] * 1e6:.1f} | "
+                  f"{r['torch'] / r['ours']:.2f}x | {r['err torch']:.1e} | {r['err ours']:.1e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,45 @@
+"""Our CPU int4 matmul (cpu_int4.c, built by setup.py where a C compiler is): y = x @ w.T in bfloat16 with
+w = (codes - 8) * scale + zero per group of input columns, codes 0..15 (torch's int4 form), on AVX-512 BF16. Its rows
+cost each their own (torch's kernel works in blocks of 4), and it ran 1.0-2.0x torch's packed int4 kernel at
+SmolLM2's shapes (`python -P -m floodway.engine.bench.int4_matmul`)."""
+
+import torch
+
+try:
+    from floodway.engine.kernels import _cpu_int4
+except ImportError:  # not built here: quant/linear.py uses torch's kernel
+    _cpu_int4 = None
+
+TILE = 16  # output columns a tile of the packed codes holds (cpu_int4.c's TILE)
+
+
+def available() -> bool:
+    """Built, and this CPU has AVX-512 with BF16."""
+    return _cpu_int4 is not None and _cpu_int4.supported()
+
+
+def pack(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """codes [N, K] in 0..15, scales and zeros [N, K // group] -> (codes [T, K/4, 32] uint8, scales and zeros
+    [T, K // group, 16] bf16) for T tiles of 16 columns (the last padded with zeros). Byte 2i+e of a tile's block b
+    holds q(4b+e, i) low and q(4b+2+e, i) high: the pairs (k, k+1) and (k+2, k+3) of the kernel's dot products."""
+    n, k = codes.shape
+    pad = -n % TILE
+    c = torch.nn.functional.pad(codes.to(torch.uint8), (0, 0, 0, pad)).view(-1, TILE, k // 4, 4).transpose(1, 2)
+    packed = (c[..., 0:2] | (c[..., 2:4] << 4)).reshape(-1, k // 4, 2 * TILE).contiguous()
+
+    def per_tile(v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(v, (0, 0, 0, pad)).view(-1, TILE, v.shape[1]).transpose(1, 2) \
+            .to(torch.bfloat16).contiguous()
+
+    return packed, per_tile(scales), per_tile(zeros)
+
+
+def matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, n: int) -> torch.Tensor:
+    """x [..., K] bf16 -> [..., n] bf16."""
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k).to(torch.bfloat16).contiguous()
+    y = torch.empty(x2.shape[0], n, dtype=torch.bfloat16)
+    if x2.shape[0]:
+        _cpu_int4.matmul(x2.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), y.data_ptr(),
+                         x2.shape[0], n, k, k // scales.shape[1], torch.get_num_threads())
+    return y.view(*x.shape[:-1], n)

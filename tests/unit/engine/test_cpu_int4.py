@@ -1,0 +1,60 @@
+"""Our CPU int4 kernel (engine/kernels/cpu_int4.c) against x @ w.T of the dequantized weight in float32, on the shapes
+its code treats apart: every remainder of its blocks of 8 rows, column counts that are not whole tiles of 16 (the
+last tile's stores masked), each group size the CPU path serves, and more than one thread."""
+
+import pytest
+import torch
+from floodway.engine.kernels import cpu_int4
+
+pytestmark = pytest.mark.skipif(not cpu_int4.available(), reason="this CPU has no AVX-512 BF16 (or no C compiler "
+                                                                  "built the kernel): torch's int4 kernel serves")
+
+
+def _case(n: int, k: int, group: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
+    scales = torch.rand(n, k // group, generator=g) * 0.02
+    zeros = (torch.rand(n, k // group, generator=g) - 0.5) * 0.02
+    # the reference uses the scales the kernel holds (bf16), so what is left is the sum's and the output's rounding
+    s, z = (v.to(torch.bfloat16).float().repeat_interleave(group, 1) for v in (scales, zeros))
+    return cpu_int4.pack(codes, scales, zeros), (codes.float() - 8) * s + z
+
+
+@pytest.mark.parametrize("n", [16, 40, 100])
+@pytest.mark.parametrize("group", [32, 64, 128, 256])
+def test_every_row_block_remainder_and_partial_tile(n, group):
+    k = 2 * 256
+    (packed, scales, zeros), w = _case(n, k, group)
+    x = torch.randn(17, k, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    for rows in range(1, 18):  # 1..8 in one block; 9..17 a whole block and a remainder
+        got = cpu_int4.matmul(x[:rows], packed, scales, zeros, n).float()
+        want = x[:rows].float() @ w.T
+        assert got.shape == (rows, n)
+        assert ((got - want).abs() <= 2 ** -7 * want.abs() + 1e-3 * want.abs().max()).all(), rows
+
+
+def test_threads_split_the_tiles_and_agree(monkeypatch):
+    (packed, scales, zeros), _ = _case(200, 192, 32)
+    x = torch.randn(9, 192).to(torch.bfloat16)
+    one = cpu_int4.matmul(x, packed, scales, zeros, 200)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert torch.equal(cpu_int4.matmul(x, packed, scales, zeros, 200), one)
+
+
+def test_leading_dims_and_no_rows():
+    (packed, scales, zeros), w = _case(32, 64, 32)
+    x = torch.randn(2, 3, 64).to(torch.bfloat16)
+    y = cpu_int4.matmul(x, packed, scales, zeros, 32)
+    assert y.shape == (2, 3, 32) and torch.allclose(y.float(), x.float() @ w.T, rtol=2e-2, atol=1e-2)
+    assert cpu_int4.matmul(x[:0], packed, scales, zeros, 32).shape == (0, 3, 32)
+
+
+def test_a_misplaced_nibble_fails_the_comparison():
+    """The packing's pairs are what the kernel's dot products read: codes packed with the two nibbles of each byte
+    swapped (pairs (k, k+1) and (k+2, k+3) exchanged) give wrong sums."""
+    (packed, scales, zeros), w = _case(32, 64, 32, seed=3)
+    swapped = (packed >> 4) | (packed << 4)
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    want = x.float() @ w.T
+    assert torch.allclose(cpu_int4.matmul(x, packed, scales, zeros, 32).float(), want, rtol=2e-2, atol=2e-2)
+    assert not torch.allclose(cpu_int4.matmul(x, swapped, scales, zeros, 32).float(), want, rtol=2e-2, atol=2e-2)
