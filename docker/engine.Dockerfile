@@ -45,12 +45,20 @@ RUN --mount=type=cache,id=floodway-wheels,target=/wheels,sharing=locked --mount=
 COPY pyproject.toml setup.py README.md ./
 COPY engine engine
 COPY operator operator
+# Our CPU kernels (engine/kernels/cpu_*.c) compile during the install: a C compiler (and Python's headers where the
+# base lacks them) is installed for it and removed in the same layer; libgomp1, which the kernels link, stays.
 RUN --mount=type=cache,id=floodway-wheels,target=/wheels,sharing=locked --mount=type=secret,id=ca \
     if [ -f /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
     && export PIP_CONSTRAINT=/src/requirements.lock \
     && pip download --dest /wheels -r build-requirements.txt \
+    && headers=$(python3 -c "import os, sysconfig; print('' if os.path.exists(sysconfig.get_paths()['include'] \
++ '/Python.h') else 'libpython3-dev')") \
+    && apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev libgomp1 $headers \
     && PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels pip install --no-deps . \
-    && cd / && rm -rf /src && floodway --version
+    && apt-mark manual libgomp1 > /dev/null && apt-get purge -y --auto-remove gcc libc6-dev $headers \
+    && rm -rf /var/lib/apt/lists/* \
+    && cd / && rm -rf /src && floodway --version \
+    && python -c "from floodway.engine.kernels import cpu; assert cpu.lib is not None, 'the CPU kernels did not build'"
 
 # Non-root; the root filesystem can be read-only: the engine writes only to /cache and /tmp (mount volumes).
 WORKDIR /cache

@@ -12,7 +12,7 @@ import argparse
 
 import torch
 from floodway.engine.bench.gpu_check_speed import seconds_per_call
-from floodway.engine.kernels import cpu_int4
+from floodway.engine.kernels import cpu
 from floodway.engine.quant import linear, weights
 
 CPU = torch.device("cpu")
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=200, help="calls per timing at one row (fewer for more rows)")
     ap.add_argument("--rows", default="1,2,4,5,8,16,64,512", help="comma list of row counts")
     args = ap.parse_args(argv)
-    if not cpu_int4.available():
+    if not cpu.available():
         print("our kernel is not available here (no AVX-512 BF16, or not built): nothing to compare")
         return 1
     if args.threads:

@@ -9,21 +9,11 @@
  * number by or-ing in 0x4300: the bits of 128 + q, exact. The sum over a group is then S = sum x (128 + q), and
  * y += d (S - 136 sum x) + z sum x, with the groups' sums of x taken once per call.
  * Rows go in blocks of 8 (16 accumulators in registers), each block over a tile's codes while they sit in L1. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <stdlib.h>
+#include "cpu.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_KERNEL 1
+#if HAVE_KERNELS
 #define TILE 16
 #define ROWS 8
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
-static inline AVX512 __m512 widen_bf16(const uint16_t* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-}
 
 /* One tile of 16 columns for `nr` (<= ROWS) rows; inlined for each constant nr so the loops over rows unroll. */
 static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x, const float* sx, const uint8_t* w,
@@ -49,7 +39,8 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
                 acc[r] = _mm512_dpbf16_ps(acc[r], hi, (__m512bh)_mm512_set1_epi32(xr[1]));
             }
         }
-        const __m512 dg = widen_bf16(d + g * TILE), zg = widen_bf16(z + g * TILE);
+        const __m512 dg = widen_bf16(_mm256_loadu_si256((const __m256i*)(d + g * TILE))),
+                     zg = widen_bf16(_mm256_loadu_si256((const __m256i*)(z + g * TILE)));
 #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             const __m512 s = _mm512_set1_ps(sx[(size_t)r * groups + g]);
@@ -63,8 +54,8 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
         _mm256_mask_storeu_epi16(y + (size_t)r * N, mask, (__m256i)_mm512_cvtneps_pbh(out[r]));
 }
 
-static AVX512 void matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const uint16_t* z, uint16_t* y,
-                          int M, int N, int K, int group, int threads, float* sx) {
+AVX512 void int4_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const uint16_t* z, uint16_t* y,
+                        int M, int N, int K, int group, int threads, float* sx) {
     const int groups = K / group, tiles = (N + TILE - 1) / TILE;
     for (int r = 0; r < M; r++)
         for (int g = 0; g < groups; g++) {
@@ -99,48 +90,5 @@ static AVX512 void matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d
         }
     }
 }
-#else
-#define HAVE_KERNEL 0
 #endif
 
-/* supported() -> bool: the kernel is built and this CPU has the instructions it uses. */
-static PyObject* supported(PyObject* self, PyObject* args) {
-#if HAVE_KERNEL
-    __builtin_cpu_init();
-    return PyBool_FromLong(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16"));
-#else
-    Py_RETURN_FALSE;
-#endif
-}
-
-/* matmul(x, w, d, z, y, M, N, K, group, threads): addresses of contiguous buffers in the layout above. The caller
- * (cpu_int4.py) checks shapes and dtypes; the GIL is released while it runs. */
-static PyObject* py_matmul(PyObject* self, PyObject* args) {
-    unsigned long long x, w, d, z, y;
-    int M, N, K, group, threads;
-    if (!PyArg_ParseTuple(args, "KKKKKiiiii", &x, &w, &d, &z, &y, &M, &N, &K, &group, &threads)) return NULL;
-#if HAVE_KERNEL
-    float* sx = malloc(sizeof(float) * ((size_t)M * (K / group) + 1));
-    if (!sx) return PyErr_NoMemory();
-    Py_BEGIN_ALLOW_THREADS
-    matmul((const uint16_t*)x, (const uint8_t*)w, (const uint16_t*)d, (const uint16_t*)z, (uint16_t*)y, M, N, K, group,
-           threads, sx);
-    Py_END_ALLOW_THREADS
-    free(sx);
-    Py_RETURN_NONE;
-#else
-    PyErr_SetString(PyExc_RuntimeError, "the CPU int4 kernel is not built for this machine");
-    return NULL;
-#endif
-}
-
-static PyMethodDef methods[] = {
-    {"supported", supported, METH_NOARGS, "whether this CPU runs the kernel"},
-    {"matmul", py_matmul, METH_VARARGS, "y = x @ w.T for packed int4 w"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cpu_int4", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit__cpu_int4(void) { return PyModule_Create(&module); }

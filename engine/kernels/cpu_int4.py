@@ -4,18 +4,9 @@ cost each their own (torch's kernel works in blocks of 4), and it ran 1.0-2.0x t
 SmolLM2's shapes (`python -P -m floodway.engine.bench.int4_matmul`)."""
 
 import torch
-
-try:
-    from floodway.engine.kernels import _cpu_int4
-except ImportError:  # not built here: quant/linear.py uses torch's kernel
-    _cpu_int4 = None
+from floodway.engine.kernels import cpu
 
 TILE = 16  # output columns a tile of the packed codes holds (cpu_int4.c's TILE)
-
-
-def available() -> bool:
-    """Built, and this CPU has AVX-512 with BF16."""
-    return _cpu_int4 is not None and _cpu_int4.supported()
 
 
 def pack(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -40,6 +31,6 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zeros: t
     x2 = x.reshape(-1, k).to(torch.bfloat16).contiguous()
     y = torch.empty(x2.shape[0], n, dtype=torch.bfloat16)
     if x2.shape[0]:
-        _cpu_int4.matmul(x2.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), y.data_ptr(),
+        cpu.lib.int4_matmul(x2.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), y.data_ptr(),
                          x2.shape[0], n, k, k // scales.shape[1], torch.get_num_threads())
     return y.view(*x.shape[:-1], n)

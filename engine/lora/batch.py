@@ -12,7 +12,11 @@ padded bmm would read (decodes spread over few of many resident adapters). Base-
 from dataclasses import dataclass
 
 import torch
+from floodway.engine.kernels import cpu, cpu_lora
 
+# On CPU our kernel (kernels/cpu_lora.c) takes every run in one call per linear, so no run is padded; torch's calls
+# below serve where it is not available.
+CPU_KERNEL = cpu.available()
 RUN_ROWS = 16  # a longer same-slot run is cheaper as its own slice than as padding of every other slot
 # Short runs are all sliced when runs x SLICE_COST < slots read by the padded bmm: on CPU a one-row slice cost about
 # 4/3 of one slot's share of the padded bmm (both read the slot's weights; the slice makes two calls of its own).
@@ -39,8 +43,13 @@ def _runs(row_slots: list[int]) -> list[tuple[int, int, int]]:
     return out
 
 
+def run_rows(device) -> int:
+    """The plan's run_rows on `device`: 0 (every run sliced) where our CPU kernel takes the runs."""
+    return 0 if CPU_KERNEL and torch.device(device).type == "cpu" else RUN_ROWS
+
+
 def plan(row_slots: list[int], run_rows: int = RUN_ROWS) -> Plan | None:
-    """None when no row uses an adapter (pure)."""
+    """None when no row uses an adapter (pure). run_rows 0: every run sliced."""
     runs = _runs(row_slots)
     if not runs:
         return None
@@ -69,7 +78,7 @@ class DeviceBatch:
     dest: torch.Tensor | None  # [n] where each of `rows` sits in the padded layout
     num_slots: int
     per_slot: int
-    kernel: object = None  # CUDA: kernels.lora_matmul.Segments, which the Triton kernels take instead of the above
+    kernel: object = None  # lora_matmul.Segments (CUDA) or cpu_lora.Rows, which the kernels take instead of the above
     scales: list[float] | None = None  # each slot's alpha / r, for the sliced runs' addmm
 
 
@@ -79,6 +88,8 @@ def to_device(p: Plan, device, scale: torch.Tensor) -> DeviceBatch:
         from floodway.engine.kernels import lora_matmul
 
         return DeviceBatch([], None, None, None, 0, 0, lora_matmul.Segments.of(p, device))
+    if CPU_KERNEL and not p.rows:  # a plan made with run_rows(device)
+        return DeviceBatch([], None, None, None, 0, 0, cpu_lora.Rows(p.runs))
     scales = scale.view(-1).tolist() if p.runs else None
     if not p.rows:
         return DeviceBatch(p.runs, None, None, None, 0, 0, scales=scales)

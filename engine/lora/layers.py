@@ -6,6 +6,7 @@ come from the shared `StepState`, set by the runner around each forward (None: t
 """
 
 import torch
+from floodway.engine.lora import batch
 from floodway.engine.lora.batch import DeviceBatch
 from floodway.engine.lora.peft_format import Geometry
 from torch import nn
@@ -35,12 +36,14 @@ class LoRALinear(nn.Module):
         # Each part's block of B (its rank's rows, its output's columns); the rest of B is zeros, which the padded
         # bmm skips: a third fewer bytes read on q/k/v, half on gate/up.
         self.parts = [(p * rank, (p + 1) * rank, sum(outs[:p]), sum(outs[:p + 1])) for p in range(len(outs))]
+        self.part_bounds = torch.tensor(self.parts, dtype=torch.int32)  # the same, for our CPU kernel
 
     @property
     def kernel(self) -> str:
         from floodway.engine.quant.linear import kernel_of
 
-        how = "Triton segment matmul" if self.lora_a.is_cuda else "sliced runs or a rank-padded bmm"
+        how = "Triton segment matmul" if self.lora_a.is_cuda else \
+            "our CPU kernel" if batch.CPU_KERNEL else "sliced runs or a rank-padded bmm"
         return f"{kernel_of(self.base)} + LoRA ({how} over {self.lora_a.shape[0]} slots)"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -48,8 +51,8 @@ class LoRALinear(nn.Module):
         b = self.step.batch
         if b is None:
             return y
-        if b.kernel is not None:  # CUDA: the Triton kernels, all slots in one launch each
-            return b.kernel.add(y, x, self.lora_a, self.lora_b, self.scale)
+        if b.kernel is not None:  # CUDA: the Triton kernels; CPU: ours (every run in one call)
+            return b.kernel.add(y, x, self.lora_a, self.lora_b, self.scale, self.part_bounds)
         # The deltas sum in the adapters' dtype (float32 on CPU), added to a bf16 output once.
         x = x.to(self.lora_a.dtype)
         acc = y if y.dtype == x.dtype else torch.zeros(y.shape, dtype=x.dtype, device=y.device)

@@ -24,7 +24,7 @@ def attach(model, cfg, device, dtype) -> layers.Slots:
 
 def step_batch(slots: layers.Slots, seqs, order: list[int], device) -> batch.DeviceBatch | None:
     """The step's adapter rows in packed order (seqs' lora_slot, each over its tokens), as tensors."""
-    p = batch.plan([seqs[i].lora_slot for i in order for _ in seqs[i].token_ids])
+    p = batch.plan([seqs[i].lora_slot for i in order for _ in seqs[i].token_ids], batch.run_rows(device))
     return None if p is None else batch.to_device(p, device, slots.scale)
 
 

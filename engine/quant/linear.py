@@ -23,7 +23,7 @@ kernel) and a GPU.
 """
 
 import torch
-from floodway.engine.kernels import cpu_int4
+from floodway.engine.kernels import cpu, cpu_int4
 from floodway.engine.quant import weights
 from floodway.engine.quant.formats import Unsupported
 from floodway.engine.quant.weights import QuantWeight
@@ -32,7 +32,7 @@ from torch import nn
 CPU_GROUPS = (32, 64, 128, 256)  # the groups the CPU int4 kernel takes
 SPREAD_GROUP = 16  # served spread over CPU_GROUPS[0] columns on CPU
 NO_QUANTIZATION = "--quantization none"
-CPU_INT4 = "ours" if cpu_int4.available() else "torch"  # the CPU kernel: ours (AVX-512 BF16) or torch's
+CPU_INT4 = "ours" if cpu.available() else "torch"  # the CPU kernel: ours (AVX-512 BF16) or torch's
 
 
 def served_group(group: int) -> int | None:

@@ -6,7 +6,7 @@ the errors a loader could make (wrong group size, swapped scales, wrong zero poi
 import numpy as np
 import pytest
 import torch
-from floodway.engine.kernels import cpu_int4
+from floodway.engine.kernels import cpu
 from floodway.engine.quant import linear, weights
 from floodway.engine.quant.gguf_weights import BLOCKS, decode
 
@@ -15,7 +15,7 @@ from tests.gguf_blocks import random_blocks
 gguf = pytest.importorskip("gguf")
 CPU = torch.device("cpu")
 # Every kernel test runs on both CPU kernels: ours where this machine runs it, and torch's packed one.
-KERNELS = ["ours", "torch"] if cpu_int4.available() else ["torch"]
+KERNELS = ["ours", "torch"] if cpu.available() else ["torch"]
 NAMES = {"ours": "floodway avx512-bf16 int4 matmul", "torch": "aten._weight_int4pack_mm_for_cpu"}
 
 

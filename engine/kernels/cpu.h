@@ -1,0 +1,47 @@
+/* What our CPU kernels share: they are built for x86-64 with GCC or Clang (elsewhere cpu_module.c reports them
+ * unsupported), each function compiled for AVX-512 with BF16 and run only where the CPU has it. */
+#pragma once
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_KERNELS 1
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* 16 bf16 numbers as float32: the bits shifted into the high half. */
+static inline AVX512 __m512 widen_bf16(__m256i v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+/* The first `left` of 16 lanes (all for 16 or more, none for 0 or fewer). */
+static inline AVX512 __mmask16 tail(int left) {
+    return left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+}
+
+/* 16 numbers from element i of a bf16 or float32 array, as float32 (masked lanes read as 0, and not at all). */
+static inline AVX512 __m512 load(const void* p, size_t i, int bf16, __mmask16 m) {
+    return bf16 ? widen_bf16(_mm256_maskz_loadu_epi16(m, (const uint16_t*)p + i))
+                : _mm512_maskz_loadu_ps(m, (const float*)p + i);
+}
+
+/* 16 float32 numbers to element i of a bf16 (rounded to nearest even) or float32 array. */
+static inline AVX512 void store(void* p, size_t i, __m512 v, int bf16, __mmask16 m) {
+    if (bf16)
+        _mm256_mask_storeu_epi16((uint16_t*)p + i, m, (__m256i)_mm512_cvtneps_pbh(v));
+    else
+        _mm512_mask_storeu_ps((float*)p + i, m, v);
+}
+
+/* y [M, N] bf16 = x [M, K] bf16 @ w.T for packed int4 w (cpu_int4.c); sx: M * (K / group) floats of scratch. */
+void int4_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const uint16_t* z, uint16_t* y, int M, int N,
+                 int K, int group, int threads, float* sx);
+
+/* y[rows] += each slot's LoRA delta, in place (cpu_lora.c). */
+void lora_add(const void* x, void* y, const float* a, const float* b, const float* scale, const int32_t* rows,
+              const int32_t* groups, int num_groups, const int32_t* parts, int num_parts, int in, int width, int out,
+              int bf16, int threads);
+/* y [T, D] = x * w / sqrt(mean(x^2) + eps) per row, in float32, rounded once: F.rms_norm (cpu_norm.c). */
+void rms_norm(const void* x, const void* w, void* y, int T, int D, float eps, int bf16, int threads);
+#else
+#define HAVE_KERNELS 0
+#endif

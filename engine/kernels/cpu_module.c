@@ -1,0 +1,75 @@
+/* floodway.engine.kernels._cpu: our CPU kernels for Python (cpu_int4.py, cpu_lora.py, cpu_norm.py). Arguments are the addresses of
+ * contiguous tensors the callers checked, and sizes; the GIL is released while a kernel runs. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+
+/* supported() -> bool: the kernels are built and this CPU has the instructions they use. */
+static PyObject* supported(PyObject* self, PyObject* args) {
+#if HAVE_KERNELS
+    __builtin_cpu_init();
+    return PyBool_FromLong(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16"));
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+#if HAVE_KERNELS
+/* int4_matmul(x, w, d, z, y, M, N, K, group, threads) */
+static PyObject* py_int4_matmul(PyObject* self, PyObject* args) {
+    unsigned long long x, w, d, z, y;
+    int M, N, K, group, threads;
+    if (!PyArg_ParseTuple(args, "KKKKKiiiii", &x, &w, &d, &z, &y, &M, &N, &K, &group, &threads)) return NULL;
+    float* sx = malloc(sizeof(float) * ((size_t)M * (K / group) + 1));
+    if (!sx) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    int4_matmul((const uint16_t*)x, (const uint8_t*)w, (const uint16_t*)d, (const uint16_t*)z, (uint16_t*)y, M, N, K,
+                group, threads, sx);
+    Py_END_ALLOW_THREADS
+    free(sx);
+    Py_RETURN_NONE;
+}
+
+/* lora_add(x, y, a, b, scale, rows, groups, num_groups, parts, num_parts, in, width, out, bf16, threads) */
+static PyObject* py_lora_add(PyObject* self, PyObject* args) {
+    unsigned long long x, y, a, b, scale, rows, groups, parts;
+    int num_groups, num_parts, in, width, out, bf16, threads;
+    if (!PyArg_ParseTuple(args, "KKKKKKKiKiiiiii", &x, &y, &a, &b, &scale, &rows, &groups, &num_groups, &parts,
+                          &num_parts, &in, &width, &out, &bf16, &threads))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    lora_add((const void*)x, (void*)y, (const float*)a, (const float*)b, (const float*)scale, (const int32_t*)rows,
+             (const int32_t*)groups, num_groups, (const int32_t*)parts, num_parts, in, width, out, bf16, threads);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* rms_norm(x, w, y, T, D, eps, bf16, threads) */
+static PyObject* py_rms_norm(PyObject* self, PyObject* args) {
+    unsigned long long x, w, y;
+    int T, D, bf16, threads;
+    float eps;
+    if (!PyArg_ParseTuple(args, "KKKiifii", &x, &w, &y, &T, &D, &eps, &bf16, &threads)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rms_norm((const void*)x, (const void*)w, (void*)y, T, D, eps, bf16, threads);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+#endif
+
+static PyMethodDef methods[] = {
+    {"supported", supported, METH_NOARGS, "whether this CPU runs the kernels"},
+#if HAVE_KERNELS
+    {"int4_matmul", py_int4_matmul, METH_VARARGS, "y = x @ w.T for packed int4 w"},
+    {"lora_add", py_lora_add, METH_VARARGS, "y[rows] += each slot's LoRA delta"},
+    {"rms_norm", py_rms_norm, METH_VARARGS, "y = F.rms_norm(x, w, eps) per row"},
+#endif
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cpu", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__cpu(void) { return PyModule_Create(&module); }
