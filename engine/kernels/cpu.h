@@ -40,8 +40,6 @@ void int4_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const u
 void lora_add(const void* x, void* y, const float* a, const float* b, const float* scale, const int32_t* rows,
               const int32_t* groups, int num_groups, const int32_t* parts, int num_parts, int in, int width, int out,
               int bf16, int threads);
-/* y [T, D] = x * w / sqrt(mean(x^2) + eps) per row, in float32, rounded once: F.rms_norm (cpu_norm.c). */
-void rms_norm(const void* x, const void* w, void* y, int T, int D, float eps, int bf16, int threads);
 #else
 #define HAVE_KERNELS 0
 #endif

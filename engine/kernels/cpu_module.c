@@ -1,4 +1,4 @@
-/* floodway.engine.kernels._cpu: our CPU kernels for Python (cpu_int4.py, cpu_lora.py, cpu_norm.py). Arguments are the addresses of
+/* floodway.engine.kernels._cpu: our CPU kernels for Python (cpu_int4.py, cpu_lora.py). Arguments are the addresses of
  * contiguous tensors the callers checked, and sizes; the GIL is released while a kernel runs. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -47,17 +47,6 @@ static PyObject* py_lora_add(PyObject* self, PyObject* args) {
     Py_RETURN_NONE;
 }
 
-/* rms_norm(x, w, y, T, D, eps, bf16, threads) */
-static PyObject* py_rms_norm(PyObject* self, PyObject* args) {
-    unsigned long long x, w, y;
-    int T, D, bf16, threads;
-    float eps;
-    if (!PyArg_ParseTuple(args, "KKKiifii", &x, &w, &y, &T, &D, &eps, &bf16, &threads)) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rms_norm((const void*)x, (const void*)w, (void*)y, T, D, eps, bf16, threads);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
 #endif
 
 static PyMethodDef methods[] = {
@@ -65,7 +54,6 @@ static PyMethodDef methods[] = {
 #if HAVE_KERNELS
     {"int4_matmul", py_int4_matmul, METH_VARARGS, "y = x @ w.T for packed int4 w"},
     {"lora_add", py_lora_add, METH_VARARGS, "y[rows] += each slot's LoRA delta"},
-    {"rms_norm", py_rms_norm, METH_VARARGS, "y = F.rms_norm(x, w, eps) per row"},
 #endif
     {NULL, NULL, 0, NULL},
 };

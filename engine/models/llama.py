@@ -6,9 +6,8 @@ Built from transformers' loaded model, taking over its weights: q/k/v merged int
 fused RMSNorm op, RoPE from a cos/sin table computed once for max_model_len by the model's own rotary module (so
 any static rope scaling, llama3 or yarn included, stays transformers'), our paged attention
 (`attention.attend`, the code the transformers path calls too), SiLU times up, residual adds in place.
-RMSNorm is our CPU kernel where it is built (`kernels/cpu_norm.c`; torch's op is several kernels and dtype
-conversions a call: the torch formulations tried were no faster, docs/benchmarks/engine-code-notes.md), F.rms_norm
-elsewhere and inside a compiled graph.
+`F.rms_norm` stays though it is several kernels on CPU: the alternatives tried were no faster
+(docs/benchmarks/engine-code-notes.md).
 Called as the transformers model is (`model(input_ids=, position_ids=, logits_to_keep=, floodway_meta=)`, `.logits`),
 so the runner and the CUDA graphs drive either.
 """
@@ -19,7 +18,6 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from floodway.engine import attention
-from floodway.engine.kernels import cpu, cpu_norm
 from torch import nn
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
@@ -48,16 +46,6 @@ def _attend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, sc
 @_attend_op.register_fake
 def _(q, k, v, layer, scaling):
     return torch.empty_like(q)
-
-
-CPU_NORM = cpu.available()  # our RMSNorm kernel on CPU
-
-
-def rms_norm(h: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    if CPU_NORM and h.device.type == "cpu" and h.dtype == w.dtype in (torch.bfloat16, torch.float32) \
-            and not torch.compiler.is_compiling():
-        return cpu_norm.rms_norm(h, w, eps)
-    return F.rms_norm(h, h.shape[-1:], w, eps)
 
 
 class Output(NamedTuple):
@@ -95,7 +83,7 @@ class DecoderLayer(nn.Module):
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: attention.StepMeta) -> None:
         """Adds this layer's attention and MLP outputs to h [T, D] in place."""
         t, hd, nq, nkv = h.shape[0], self.head_dim, self.num_heads, self.num_kv_heads
-        qkv = self.qkv(rms_norm(h, self.norm1, self.eps))
+        qkv = self.qkv(F.rms_norm(h, h.shape[-1:], self.norm1, self.eps))
         qk = qkv[:, :(nq + nkv) * hd].view(t, nq + nkv, hd)
         # rotate_half(x) * sin, with rotate_half's sign folded into the table: x's halves swapped times sin.
         qk = torch.addcmul(qk * cos, qk.view(t, nq + nkv, 2, hd // 2).flip(2).view(t, nq + nkv, hd), sin)
@@ -104,7 +92,7 @@ class DecoderLayer(nn.Module):
         o = _attend_op(q, k, v, self.layer, self.scaling) if torch.compiler.is_compiling() \
             else attention.attend(meta, self.layer, q, k, v, self.scaling)
         h += self.o_proj(o.view(t, nq * hd))
-        gu = self.gate_up(rms_norm(h, self.norm2, self.eps))
+        gu = self.gate_up(F.rms_norm(h, h.shape[-1:], self.norm2, self.eps))
         inter = gu.shape[-1] // 2
         h += self.down_proj(F.silu(gu[:, :inter]).mul_(gu[:, inter:]))
 
@@ -147,4 +135,4 @@ class LlamaDecoder(nn.Module):
             self._layers(h, cos, sin, floodway_meta)
         if logits_to_keep is not None:
             h = h[logits_to_keep]
-        return Output(self.lm_head(rms_norm(h, self.norm, self.eps)).unsqueeze(0))
+        return Output(self.lm_head(F.rms_norm(h, h.shape[-1:], self.norm, self.eps)).unsqueeze(0))

@@ -1,12 +1,11 @@
 """Our CPU kernels (engine/kernels/cpu_*.c). The int4 matmul against x @ w.T of the dequantized weight in float32, on
 the shapes its code treats apart: every remainder of its blocks of 8 rows, column counts that are not whole tiles of
-16 (the last tile's stores masked), each group size the CPU path serves, and more than one thread. RMSNorm against
-F.rms_norm. (The LoRA kernel: tests/unit/engine/test_lora_rules.py.)"""
+16 (the last tile's stores masked), each group size the CPU path serves, and more than one thread. (The LoRA kernel:
+tests/unit/engine/test_lora_rules.py.)"""
 
 import pytest
 import torch
-import torch.nn.functional as F
-from floodway.engine.kernels import cpu, cpu_int4, cpu_norm
+from floodway.engine.kernels import cpu, cpu_int4
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="this CPU has no AVX-512 BF16 (or no C compiler "
                                                                   "built the kernels): torch's kernels serve")
@@ -61,17 +60,3 @@ def test_a_misplaced_nibble_fails_the_comparison():
     assert torch.allclose(cpu_int4.matmul(x, packed, scales, zeros, 32).float(), want, rtol=2e-2, atol=2e-2)
     assert not torch.allclose(cpu_int4.matmul(x, swapped, scales, zeros, 32).float(), want, rtol=2e-2, atol=2e-2)
 
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("rows, width", [(1, 576), (7, 100), (33, 2048)])  # 100: a masked last 16 lanes
-def test_rms_norm_is_f_rms_norm(dtype, rows, width, monkeypatch):
-    """Equal to torch's op but for the order of the sum of squares: at most one rounding of the output apart."""
-    g = torch.Generator().manual_seed(rows)
-    x = (torch.randn(rows, width, generator=g) * 3).to(dtype)
-    w = (torch.rand(width, generator=g) + 0.5).to(dtype)
-    want = F.rms_norm(x, (width,), w, 1e-5)
-    torch.testing.assert_close(cpu_norm.rms_norm(x, w, 1e-5), want, rtol=2 ** -7 if dtype == torch.bfloat16 else 1e-6,
-                               atol=0)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    torch.testing.assert_close(cpu_norm.rms_norm(x, w, 1e-5), want, rtol=2 ** -7 if dtype == torch.bfloat16 else 1e-6,
-                               atol=0)
