@@ -56,7 +56,7 @@ RUN --mount=type=cache,id=floodway-wheels,target=/wheels,sharing=locked --mount=
     && apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev libgomp1 $headers \
     && PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels pip install --no-deps . \
     && apt-mark manual libgomp1 > /dev/null && apt-get purge -y --auto-remove gcc libc6-dev $headers \
-    && rm -rf /var/lib/apt/lists/* \
+    && apt-get clean && rm -rf /var/lib/apt/lists/* \
     && cd / && rm -rf /src && floodway --version \
     && python -c "from floodway.engine.kernels import cpu; assert cpu.lib is not None, 'the CPU kernels did not build'"
 
