@@ -1,6 +1,6 @@
 /* The CPU LoRA delta of one wrapped linear for a whole step, in one call: for the rows of each adapter slot s,
- * y[rows] += scale[s] * (x[rows] @ A[s]) @ B[s], in float32 whatever the model's dtype (x and y bf16 or float32;
- * A [S, in, W] and B [S, W, out] float32, W = parts x rank). `rows` lists the rows slot by slot; groups[i] is
+ * y[rows] += scale[s] * (x[rows] @ A[s]) @ B[s], in float32 whatever the dtypes (x and y bf16 or float32, A [S, in, W]
+ * and B [S, W, out] bf16 or float32, W = parts x rank). `rows` lists the rows slot by slot; groups[i] is
  * (slot, first, end) into it.
  *
  * B of a fused linear (q/k/v, gate/up) is block-diagonal: part p's rows [r0, r1) under its columns [c0, c1), zeros
@@ -17,10 +17,11 @@
 #define AHEAD 4   /* rows of A or B prefetched ahead of a pass */
 
 /* acc[r][q] += lhs[r * ld + j] * rhs[j * stride + c + 16 q] for j in [j0, j1): a pass over 64 columns of the right
- * matrix, row after row of it, for nr <= ROWS left rows. */
+ * matrix (bf16 or float32), row after row of it, for nr <= ROWS left rows. */
 static inline AVX512 __attribute__((always_inline)) void pass(__m512 acc[ROWS][CHUNKS], const float* lhs, size_t ld,
-                                                              const float* rhs, size_t stride, int c, int cols,
-                                                              int j0, int j1, int nr) {
+                                                              const void* rhs, int rbf16, size_t stride, int c,
+                                                              int cols, int j0, int j1, int nr) {
+    const size_t size = rbf16 ? 2 : 4;
     __mmask16 m[CHUNKS];
 #pragma GCC unroll 4
     for (int q = 0; q < CHUNKS; q++) m[q] = tail(cols - c - 16 * q);
@@ -34,9 +35,9 @@ static inline AVX512 __attribute__((always_inline)) void pass(__m512 acc[ROWS][C
          * not follow (without this the kernel measured slower than torch's calls on adapters read from memory). */
 #pragma GCC unroll 4
         for (int q = 0; q < CHUNKS; q++)
-            _mm_prefetch((const char*)(rhs + (size_t)(j + AHEAD) * stride + c + 16 * q), _MM_HINT_T0);
+            _mm_prefetch((const char*)rhs + ((size_t)(j + AHEAD) * stride + c + 16 * q) * size, _MM_HINT_T0);
 #pragma GCC unroll 4
-        for (int q = 0; q < CHUNKS; q++) v[q] = _mm512_maskz_loadu_ps(m[q], rhs + (size_t)j * stride + c + 16 * q);
+        for (int q = 0; q < CHUNKS; q++) v[q] = load(rhs, (size_t)j * stride + c + 16 * q, rbf16, m[q]);
 #pragma GCC unroll 4
         for (int r = 0; r < ROWS; r++)
             if (r < nr) {
@@ -49,16 +50,16 @@ static inline AVX512 __attribute__((always_inline)) void pass(__m512 acc[ROWS][C
 
 /* Rows rows[0..nr) of slot s: t = x @ A, then y += scale * t @ B part by part. xf: ROWS * in floats of scratch, t:
  * ROWS * width. */
-static AVX512 void block(const void* x, void* y, const float* a, const float* b, float scale, const int32_t* parts,
-                         int num_parts, const int32_t* rows, int nr, int in, int width, int out, int bf16, float* xf,
-                         float* t) {
+static AVX512 void block(const void* x, void* y, const void* a, const void* b, int wbf16, float scale,
+                         const int32_t* parts, int num_parts, const int32_t* rows, int nr, int in, int width, int out,
+                         int bf16, float* xf, float* t) {
     __m512 acc[ROWS][CHUNKS];
     for (int r = 0; r < nr; r++)
         for (int k = 0; k < in; k += 16)
             _mm512_mask_storeu_ps(xf + (size_t)r * in + k, tail(in - k),
                                   load(x, (size_t)rows[r] * in + k, bf16, tail(in - k)));
     for (int c = 0; c < width; c += 16 * CHUNKS) {
-        pass(acc, xf, in, a, width, c, width, 0, in, nr);
+        pass(acc, xf, in, a, wbf16, width, c, width, 0, in, nr);
         for (int r = 0; r < nr; r++)
             for (int q = 0; q < CHUNKS; q++)
                 _mm512_mask_storeu_ps(t + (size_t)r * width + c + 16 * q, tail(width - c - 16 * q), acc[r][q]);
@@ -67,7 +68,7 @@ static AVX512 void block(const void* x, void* y, const float* a, const float* b,
     for (int p = 0; p < num_parts; p++) {  /* B's block of part p: its rows [r0, r1) under its columns [c0, c1) */
         const int r0 = parts[4 * p], r1 = parts[4 * p + 1], c0 = parts[4 * p + 2], c1 = parts[4 * p + 3];
         for (int c = c0; c < c1; c += 16 * CHUNKS) {
-            pass(acc, t, width, b, out, c, c1, r0, r1, nr);
+            pass(acc, t, width, b, wbf16, out, c, c1, r0, r1, nr);
             for (int r = 0; r < nr; r++)
                 for (int q = 0; q < CHUNKS; q++) {
                     const __mmask16 m = tail(c1 - c - 16 * q);
@@ -78,9 +79,10 @@ static AVX512 void block(const void* x, void* y, const float* a, const float* b,
     }
 }
 
-AVX512 void lora_add(const void* x, void* y, const float* a, const float* b, const float* scale, const int32_t* rows,
-                     const int32_t* groups, int num_groups, const int32_t* parts, int num_parts, int in, int width,
-                     int out, int bf16, int threads) {
+AVX512 void lora_add(const void* x, void* y, const void* a, const void* b, int wbf16, const float* scale,
+                     const int32_t* rows, const int32_t* groups, int num_groups, const int32_t* parts, int num_parts,
+                     int in, int width, int out, int bf16, int threads) {
+    const size_t size = wbf16 ? 2 : 4;
     int num_blocks = 0;  /* each slot's rows cut into blocks of up to ROWS: the unit of work */
     for (int i = 0; i < num_groups; i++) num_blocks += (groups[3 * i + 2] - groups[3 * i + 1] + ROWS - 1) / ROWS;
     int32_t* work = malloc(sizeof(int32_t) * 3 * (size_t)(num_blocks + 1));
@@ -98,7 +100,8 @@ AVX512 void lora_add(const void* x, void* y, const float* a, const float* b, con
 #pragma omp for schedule(dynamic)
         for (int i = 0; i < num_blocks; i++) {
             const int s = work[3 * i];
-            block(x, y, a + (size_t)s * in * width, b + (size_t)s * width * out, scale[s], parts, num_parts,
+            block(x, y, (const char*)a + (size_t)s * in * width * size, (const char*)b + (size_t)s * width * out * size,
+                  wbf16, scale[s], parts, num_parts,
                   rows + work[3 * i + 1], work[3 * i + 2], in, width, out, bf16, scratch, scratch + (size_t)ROWS * in);
         }
         free(scratch);

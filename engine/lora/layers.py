@@ -11,13 +11,13 @@ from floodway.engine.lora.batch import DeviceBatch
 from floodway.engine.lora.peft_format import Geometry
 from torch import nn
 
-CPU_DTYPE = torch.float32  # the adapters' weights and math on CPU, whatever the model's dtype
-
 
 def adapter_dtype(device, dtype: torch.dtype) -> torch.dtype:
-    """The adapters' dtype beside a model of `dtype` on `device`. On CPU float32: oneDNN's bf16 matmul costs about
-    15 us a call however small (float32: 3-4 us), and a step makes two per adapter run on every linear."""
-    return CPU_DTYPE if torch.device(device).type == "cpu" else dtype
+    """The adapters' dtype beside a model of `dtype` on `device`: the model's, but float32 on CPU without our kernel
+    (oneDNN's bf16 matmul costs about 15 us a call however small, float32's 3-4 us, and torch's path makes two per
+    adapter run on every linear). Our kernel computes in float32 whatever it reads: bf16 halves the bytes a step
+    reads, which bound decodes spread over many adapters."""
+    return torch.float32 if torch.device(device).type == "cpu" and not batch.CPU_KERNEL else dtype
 
 
 class StepState:
@@ -53,7 +53,7 @@ class LoRALinear(nn.Module):
             return y
         if b.kernel is not None:  # CUDA: the Triton kernels; CPU: ours (every run in one call)
             return b.kernel.add(y, x, self.lora_a, self.lora_b, self.scale, self.part_bounds)
-        # The deltas sum in the adapters' dtype (float32 on CPU), added to a bf16 output once.
+        # torch's path (adapters float32 on CPU): the deltas sum in float32, added to a bf16 output once.
         x = x.to(self.lora_a.dtype)
         acc = y if y.dtype == x.dtype else torch.zeros(y.shape, dtype=x.dtype, device=y.device)
         for slot, start, end in b.runs:

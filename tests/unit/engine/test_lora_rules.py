@@ -54,7 +54,7 @@ def test_plan_slices_every_run_when_they_are_few_against_the_slots_the_padded_bm
     assert batch.plan([9] * 20 + [5], run_rows=16).runs == [(9, 0, 20), (5, 20, 21)]
 
 
-@pytest.mark.parametrize("base_dtype", [torch.float32, torch.bfloat16])  # bf16: a bf16 model's, adapters float32
+@pytest.mark.parametrize("base_dtype", [torch.float32, torch.bfloat16])  # bf16: a bf16 model's
 @pytest.mark.parametrize("outs", [(6,), (3, 2, 1)])  # one linear; three fused parts (as q, k, v)
 @pytest.mark.parametrize("slots", [[2, -1, 0, 0, 2] + [1] * 5 + [-1],  # padded bmm beside a sliced run
                                    [2, -1, 2, 2],  # every run sliced
@@ -62,17 +62,19 @@ def test_plan_slices_every_run_when_they_are_few_against_the_slots_the_padded_bm
 @pytest.mark.parametrize("size", [1, 24])  # 24: A and B wider than our kernel's 64-column pass, with tails
 def test_plan_rows_compute_each_rows_own_delta(slots, outs, base_dtype, lora_kernel, size):
     """Our CPU kernel, and torch's padded bmm over slots and sliced runs, equal a per-row loop, whatever the mix (an
-    oracle by definition), B laid out block-diagonal by part as peft_format places it. Beside a bf16 base (CPU
-    adapters are float32 whatever the model's dtype: layers.adapter_dtype) the deltas sum in float32 and the output is
-    the bf16 base output plus that sum, rounded once."""
-    from floodway.engine.lora.layers import LoRALinear, StepState
+    oracle by definition), B laid out block-diagonal by part as peft_format places it, the adapters in the dtype
+    layers.adapter_dtype gives them (bf16 beside a bf16 model for our kernel, float32 for torch's path). Beside a bf16
+    base the deltas sum in float32 and the output is the bf16 base output plus that sum, rounded once."""
+    from floodway.engine.lora.layers import LoRALinear, StepState, adapter_dtype
 
     torch.manual_seed(0)
     outs = tuple(o * size for o in outs)
     base = torch.nn.Linear(8 * size, sum(outs)).to(base_dtype)
     step = StepState()
     scale = torch.tensor([0.5, 2.0, 3.0]).view(3, 1, 1)
-    lin = LoRALinear(base, step, 3, 8 * size, 2 * size, outs, scale, "cpu", torch.float32)
+    lin = LoRALinear(base, step, 3, 8 * size, 2 * size, outs, scale, "cpu", adapter_dtype("cpu", base_dtype))
+    assert lin.lora_a.dtype == (torch.bfloat16 if lora_kernel == "ours" and base_dtype == torch.bfloat16
+                                else torch.float32)
     lin.lora_a.normal_()
     for r0, r1, c0, c1 in lin.parts:  # each part's own block, zeros elsewhere
         lin.lora_b[:, r0:r1, c0:c1].normal_()
@@ -83,7 +85,8 @@ def test_plan_rows_compute_each_rows_own_delta(slots, outs, base_dtype, lora_ker
     got = lin(x)
     assert got.dtype == base_dtype
     xf = x.float()
-    want = torch.stack([(base(x[t]).float() + (0 if s < 0 else xf[t] @ lin.lora_a[s] @ lin.lora_b[s] * scale[s, 0, 0]))
+    a, b = lin.lora_a.float(), lin.lora_b.float()
+    want = torch.stack([(base(x[t]).float() + (0 if s < 0 else xf[t] @ a[s] @ b[s] * scale[s, 0, 0]))
                         .to(base_dtype) for t, s in enumerate(slots)])
     # float32: summation order (deltas of about 100 at size 24); bf16: one bf16 rounding apart at most
     torch.testing.assert_close(got, want, **(dict(rtol=1e-5, atol=1e-4) if base_dtype == torch.float32 else
