@@ -32,5 +32,5 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, zeros: t
     y = torch.empty(x2.shape[0], n, dtype=torch.bfloat16)
     if x2.shape[0]:
         cpu.lib.int4_matmul(x2.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), y.data_ptr(),
-                         x2.shape[0], n, k, k // scales.shape[1], torch.get_num_threads())
+                            x2.shape[0], n, k, k // scales.shape[1], torch.get_num_threads())
     return y.view(*x.shape[:-1], n)
