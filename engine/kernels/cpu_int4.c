@@ -48,7 +48,7 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
             out[r] = _mm512_fmadd_ps(zg, s, out[r]);
         }
     }
-    const __mmask16 mask = cols >= TILE ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    const __mmask16 mask = tail(cols);
 #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
         _mm256_mask_storeu_epi16(y + (size_t)r * N, mask, (__m256i)_mm512_cvtneps_pbh(out[r]));
@@ -91,4 +91,3 @@ AVX512 void int4_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, 
     }
 }
 #endif
-

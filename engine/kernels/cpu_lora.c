@@ -101,8 +101,8 @@ AVX512 void lora_add(const void* x, void* y, const void* a, const void* b, int w
         for (int i = 0; i < num_blocks; i++) {
             const int s = work[3 * i];
             block(x, y, (const char*)a + (size_t)s * in * width * size, (const char*)b + (size_t)s * width * out * size,
-                  wbf16, scale[s], parts, num_parts,
-                  rows + work[3 * i + 1], work[3 * i + 2], in, width, out, bf16, scratch, scratch + (size_t)ROWS * in);
+                  wbf16, scale[s], parts, num_parts, rows + work[3 * i + 1], work[3 * i + 2], in, width, out, bf16,
+                  scratch, scratch + (size_t)ROWS * in);
         }
         free(scratch);
     }
