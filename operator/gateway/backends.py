@@ -2,7 +2,9 @@
 
 Every scrape interval each engine's readiness path (its runtime's: /ready for ours, /health for vLLM) is
 probed and its /metrics read (queue, running, KV usage);
-the gateway adds its own in-flight counts, which are always fresh. Routing and the overflow rule read
+the gateway adds its own in-flight counts, which are always fresh. A probe that times out is a miss: a ready engine
+leaves rotation at MISSES_UNREADY in a row (a busy engine answers late, and late is load, not ill health), at once
+when it answers anything but 200 or refuses the connection. Routing and the overflow rule read
 this table through plain snapshots (BackendLoad, pool totals) and stay pure. When an engine turns ready its
 /v1/models is read once for the LoRA adapters it serves (adapters.AdapterIndex); what it cached and held is
 forgotten when it turns unready or leaves.
@@ -37,6 +39,9 @@ from floodway.operator.runtimes import DEFAULT, RUNTIMES, MetricNames, Runtime
 from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger("floodway.gateway")
+# Probes in a row that time out before a ready engine leaves rotation (kubelet's readiness failureThreshold is 3 by
+# default): one engine step over the probe's timeout under load must not send its traffic to the overflow API.
+MISSES_UNREADY = 3
 
 _INFO = "vllm:cache_config_info"  # capacity as labels; max_num_seqs is ours (vLLM's has the KV labels only)
 _KV_LABELS = ("num_gpu_blocks", "block_size")  # KV capacity (vLLM's too): the size of the gateway's prefix index
@@ -105,6 +110,7 @@ class Backend:
     recent_at: float = 0.0
     hold: SlotHold = SlotHold()  # how long its requests hold a batch slot, from its scrapes
     scraped_at: float | None = None
+    misses: int = 0  # probes in a row that timed out
 
     @property
     def backlog(self) -> float:
@@ -236,12 +242,17 @@ class BackendTable:
                 get_text(session, b.url + "/metrics", timeout))
             load = parse_engine_load(text, self.runtime.metrics) if status == 200 else None
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+            b.misses = b.misses + 1 if isinstance(e, asyncio.TimeoutError) else MISSES_UNREADY
+            if b.ready and b.misses < MISSES_UNREADY:
+                log.info("backend %s probe timed out (%d in a row): kept in rotation", b.id, b.misses)
+                return
             if b.ready:
                 log.warning("backend %s unready: %s", b.id, type(e).__name__)
             b.ready = False
             self.index.drop(b.id)
             self.adapters.forget(b.id)
             return
+        b.misses = 0
         if b.ready != (ready == 200):
             log.info("backend %s %s", b.id, "ready" if ready == 200 else f"unready ({ready})")
             if ready == 200:

@@ -1,9 +1,12 @@
+import asyncio
 import random
 
+import aiohttp
 import pytest
-from floodway.operator.gateway.backends import Backend, BackendTable, parse_engine_load
+from aiohttp import web
+from floodway.operator.gateway.backends import MISSES_UNREADY, Backend, BackendTable, parse_engine_load
 from floodway.operator.gateway.k8s import endpoints_from_slices
-from floodway.operator.gateway.routing import RoutingWeights
+from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
 from floodway.operator.gateway.ttft import SlotHold
 
 METRICS = """# HELP vllm:num_requests_waiting Waiting.
@@ -87,3 +90,49 @@ def test_a_backends_admission_wait_reads_its_batch_and_kv_cache():
     assert b.admission_wait_s(2000) == pytest.approx(4000 / 90_000 * 4.0)
     b.kv_tokens = 0.0  # an engine that exports no cache size (vllm:cache_config_info): no KV wait predicted
     assert b.admission_wait_s(2000) == 0.0
+
+
+async def test_a_slow_probe_is_load_and_only_misses_in_a_row_or_a_refusal_take_a_backend_out():
+    """A busy engine answering its probe late stays in rotation, with what it holds, until MISSES_UNREADY probes in a
+    row time out; a good probe resets the count; a refused connection is a dead engine, out at once."""
+    slow = {"on": False}
+
+    async def probe(_):
+        if slow["on"]:
+            await asyncio.sleep(1.0)  # past the 0.2 s probe timeout below, deterministically
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_get("/ready", probe)
+    app.router.add_get("/metrics", probe)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    table = BackendTable(RoutingWeights(), random.Random(0), prefix=PrefixPolicy())
+    table.set_endpoints([("e", url)])
+    try:
+        async with aiohttp.ClientSession() as session:
+            await table.refresh(session, 0.2)
+            table.index.record("e", [1, 2, 3])
+            slow["on"] = True
+            for _ in range(MISSES_UNREADY - 1):
+                await table.refresh(session, 0.2)
+                assert table.backends["e"].ready and table.index.size("e") == 3
+            slow["on"] = False
+            await table.refresh(session, 0.2)  # answered: the count starts again
+            slow["on"] = True
+            for _ in range(MISSES_UNREADY - 1):
+                await table.refresh(session, 0.2)
+            assert table.backends["e"].ready
+            await table.refresh(session, 0.2)
+            assert not table.backends["e"].ready and table.index.size("e") == 0
+            slow["on"] = False
+            await table.refresh(session, 0.2)
+            assert table.backends["e"].ready
+            await runner.cleanup()  # nothing listens there now: refused
+            await table.refresh(session, 0.2)
+            assert not table.backends["e"].ready
+    finally:
+        await runner.cleanup()
