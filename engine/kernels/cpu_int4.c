@@ -8,12 +8,16 @@
  * lanes and a mask or a shift give the bf16 pairs (k, k+1) and (k+2, k+3) of the 16 columns. A code becomes a bf16
  * number by or-ing in 0x4300: the bits of 128 + q, exact. The sum over a group is then S = sum x (128 + q), and
  * y += d (S - 136 sum x) + z sum x, with the groups' sums of x taken once per call.
- * Rows go in blocks of 8 (16 accumulators in registers), each block over a tile's codes while they sit in L1. */
+ * Rows go in blocks of 8 (16 accumulators in registers), each block over a tile's codes while they sit in L1. Up to
+ * SPLIT rows, a row's two products of a step go to two accumulators: one chain waits on vdpbf16ps's latency, and a
+ * row alone then reads its codes at the memory's pace. From 5 rows the dot products' throughput bounds it either way
+ * (docs/benchmarks/2026-12-07-cpu-kernels.md). */
 #include "cpu.h"
 
 #if HAVE_KERNELS
 #define TILE 16
 #define ROWS 8
+#define SPLIT 4
 
 /* One tile of 16 columns for `nr` (<= ROWS) rows; inlined for each constant nr so the loops over rows unroll. */
 static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x, const float* sx, const uint8_t* w,
@@ -22,12 +26,12 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
     const int groups = K / group;
     const __m512i low = _mm512_set1_epi16(0x000F), bias = _mm512_set1_epi16(0x4300);
     const __m512 offset = _mm512_set1_ps(136.0f);
-    __m512 out[ROWS], acc[ROWS];
+    __m512 out[ROWS], acc[ROWS], acc2[ROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < ROWS; r++) out[r] = _mm512_setzero_ps();
     for (int g = 0; g < groups; g++) {
 #pragma GCC unroll 8
-        for (int r = 0; r < ROWS; r++) acc[r] = _mm512_setzero_ps();
+        for (int r = 0; r < ROWS; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
         for (int k = g * group; k < (g + 1) * group; k += 4) {
             __m512i z = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(w + (size_t)k * 8)));
             __m512bh lo = (__m512bh)_mm512_ternarylogic_epi32(z, low, bias, 0xEA); /* (z & low) | bias */
@@ -36,9 +40,15 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
             for (int r = 0; r < nr; r++) {
                 const int32_t* xr = (const int32_t*)(x + (size_t)r * K + k);
                 acc[r] = _mm512_dpbf16_ps(acc[r], lo, (__m512bh)_mm512_set1_epi32(xr[0]));
-                acc[r] = _mm512_dpbf16_ps(acc[r], hi, (__m512bh)_mm512_set1_epi32(xr[1]));
+                if (nr <= SPLIT)
+                    acc2[r] = _mm512_dpbf16_ps(acc2[r], hi, (__m512bh)_mm512_set1_epi32(xr[1]));
+                else
+                    acc[r] = _mm512_dpbf16_ps(acc[r], hi, (__m512bh)_mm512_set1_epi32(xr[1]));
             }
         }
+        if (nr <= SPLIT)
+#pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) acc[r] = _mm512_add_ps(acc[r], acc2[r]);
         const __m512 dg = widen_bf16(_mm256_loadu_si256((const __m256i*)(d + g * TILE))),
                      zg = widen_bf16(_mm256_loadu_si256((const __m256i*)(z + g * TILE)));
 #pragma GCC unroll 8
