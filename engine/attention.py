@@ -9,8 +9,10 @@ block table (padded to the group's longest context, masked), with the query head
 the query length so GQA needs no K/V repeat. Each prefill chunk is its own call; after a cached prefix a short one
 (a speculative verify's drafts) folds its heads the same way (FOLD_ROWS), and a long one attends to the prefix and
 to itself in two passes merged by their log-sum-exps (SPLIT_MIN).
-On CUDA the step carries KernelInputs instead, and two Triton kernels (engine/kernels/) read K/V in place by
-block table: one call for all decodes, one for all prefill chunks.
+On CPU with our kernel (CPU_KERNEL), decodes and chunks of up to KERNEL_ROWS tokens attend through it instead, K/V
+read in place by block table, one call a layer (CpuRows). On CUDA the step carries KernelInputs instead, and two
+Triton kernels (engine/kernels/) read K/V in place by block table: one call for all decodes, one for all prefill
+chunks.
 """
 
 import importlib.util
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from floodway.engine.kernels import cpu, cpu_attention
 
 ATTN_NAME = "floodway_paged"
 # CUDA steps use the Triton kernels where triton is installed (it comes with PyPI's CUDA torch), else the SDPA path.
@@ -33,6 +36,12 @@ FOLD_ROWS = 32
 # 2,048; at 256-512 tokens 0.81-1.09x, so shorter chunks keep the one masked call (the same page).
 SPLIT_MIN = 768
 _FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
+# On CPU, sequences of up to KERNEL_ROWS new tokens (decodes, a verify's drafts) attend through our kernel
+# (kernels/cpu_attention.c) where it is built and the CPU has AVX-512 BF16: K/V read in place, one call a layer.
+# Longer chunks are prefill work, where SDPA's flash kernel multiplies whole blocks.
+KERNEL_ROWS = 32
+MAX_KERNEL_DIM = 256  # the kernel keeps a row's query and output in registers up to this head size
+CPU_KERNEL = cpu.available()
 
 
 @dataclass
@@ -64,6 +73,15 @@ class KernelInputs:
 
 
 @dataclass
+class CpuRows:
+    """The sequences our CPU kernel attends for (int32): each one's (first row, rows, context length) and blocks."""
+    seqs: torch.Tensor  # [S, 3]
+    tables: torch.Tensor  # [S, width] block ids, rows padded with block 0
+    max_ctx: int
+    decodes_only: bool  # one row each
+
+
+@dataclass
 class StepMeta:
     k_caches: list[torch.Tensor]  # per layer [num_blocks, block_size, kv_heads, head_dim]
     v_caches: list[torch.Tensor]
@@ -71,6 +89,11 @@ class StepMeta:
     decodes: list[DecodeGroup]
     prefills: list[PrefillChunk]
     kernel: KernelInputs | None = None  # set (on CUDA) instead of decodes and prefills
+    cpu: CpuRows | None = None  # the sequences of few rows on CPU (CPU_KERNEL), beside the SDPA ones
+
+    def decodes_only(self) -> bool:
+        """A CPU step of single-token sequences only (what a compiled decode graph runs)."""
+        return self.kernel is None and not self.prefills and (self.cpu is None or self.cpu.decodes_only)
 
 
 def _gather(cache: torch.Tensor, blocks: torch.Tensor, rows: int) -> torch.Tensor:
@@ -96,6 +119,9 @@ def attend(meta: StepMeta, layer: int, q, k, v, scaling) -> torch.Tensor:
         return _kernel_attention(meta.kernel, q, k_cache, v_cache, scaling)
     num_heads, num_kv, head_dim = q.shape[1], k.shape[1], q.shape[2]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous: callers view it as [T, H * hd]
+    if meta.cpu is not None:
+        cpu_attention.attend(q, k_cache, v_cache, out, meta.cpu.seqs, meta.cpu.tables, meta.cpu.max_ctx,
+                             head_dim ** -0.5 if scaling is None else scaling)
     for g in meta.decodes:
         qd = q[g.start:g.start + g.count].reshape(g.count, num_kv, num_heads // num_kv, head_dim)
         kd, vd = _gather(k_cache, g.blocks, g.count), _gather(v_cache, g.blocks, g.count)

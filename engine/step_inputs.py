@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import torch
 from floodway.engine import attention
-from floodway.engine.attention import DecodeGroup, KernelInputs, PrefillChunk, StepMeta
+from floodway.engine.attention import CpuRows, DecodeGroup, KernelInputs, PrefillChunk, StepMeta
 
 # A decode joins the current group unless its context is shorter than this share of the group's longest:
 # bounds the padding the group's shared SDPA call computes over.
@@ -39,11 +39,12 @@ def packed_order(seqs: list[SeqInput]) -> list[int]:
     return sorted(range(len(seqs)), key=lambda i: (len(seqs[i].token_ids) != 1, -seqs[i].start_pos))
 
 
-def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, kernels: bool | None = None):
+def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, path: str | None = None):
     """-> (meta, input_ids [1, T], position_ids [1, T], logits_to_keep): the sampling seqs' last num_spec + 1
     positions in seqs' order, then each seq's leading num_prompt_logits positions in seqs' order.
     The packed order puts single-token sequences first, longest context first, then prefill chunks.
-    The attention metadata is for the Triton kernels when `kernels` (default: on CUDA with triton), else for SDPA."""
+    The attention metadata is for `path` (attention_path's by default): "triton", "cpu" (our CPU kernel for the
+    sequences of few rows, SDPA for the others) or "sdpa"."""
     bs = block_size
     order = packed_order(seqs)
     num_decode = sum(1 for s in seqs if len(s.token_ids) == 1)
@@ -58,19 +59,48 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, ker
         ids.extend(s.token_ids)
         last[i] = len(ids) - 1
     dec, pre = [seqs[i] for i in order[:num_decode]], [seqs[i] for i in order[num_decode:]]
-    if kernels is None:
-        kernels = torch.device(device).type == "cuda" and attention.KERNELS_AVAILABLE
-    decodes, prefills = ([], []) if kernels else _sdpa_inputs(dec, pre, bs, device)
-    meta = StepMeta(k_caches, v_caches, torch.tensor(slots, device=device), decodes, prefills,
-                    kernel_inputs(dec, pre, bs, device) if kernels else None)
+    path = path or attention_path(k_caches[0], device)
+    meta = StepMeta(k_caches, v_caches, torch.tensor(slots, device=device), [], [],
+                    kernel_inputs(dec, pre, bs, device) if path == "triton" else None)
+    starts = [first[i] for i in order]
+    if path == "cpu":
+        few = [j for j, i in enumerate(order) if len(seqs[i].token_ids) <= attention.KERNEL_ROWS]
+        rest = [j for j, i in enumerate(order) if len(seqs[i].token_ids) > attention.KERNEL_ROWS]
+        meta.cpu = cpu_rows([seqs[order[j]] for j in few], [starts[j] for j in few], bs)
+        meta.prefills = _prefill_chunks([seqs[order[j]] for j in rest], [starts[j] for j in rest], bs, device)
+    elif path == "sdpa":
+        meta.decodes = _decode_groups(dec, bs, device)
+        meta.prefills = _prefill_chunks(pre, starts[num_decode:], bs, device)
     keep = [last[i] - s.num_spec + j for i, s in enumerate(seqs) if s.samples for j in range(s.num_spec + 1)]
     keep += [first[i] + j for i in range(len(seqs)) for j in range(seqs[i].num_prompt_logits)]
     return (meta, torch.tensor([ids], device=device), torch.tensor([pos], device=device),
             torch.tensor(keep, dtype=torch.long, device=device))
 
 
-def _sdpa_inputs(dec: list[SeqInput], pre: list[SeqInput], bs: int, device):
-    """The SDPA path's decode groups (block ids and masks) and prefill chunks (CPU)."""
+def attention_path(cache: torch.Tensor, device) -> str:
+    """The Triton kernels on CUDA where triton is installed; our CPU kernel where it is built and takes the cache's
+    dtype and head size; else SDPA."""
+    if torch.device(device).type == "cuda":
+        return "triton" if attention.KERNELS_AVAILABLE else "sdpa"
+    ours = attention.CPU_KERNEL and cache.shape[-1] <= attention.MAX_KERNEL_DIM and \
+        cache.dtype in (torch.bfloat16, torch.float32)
+    return "cpu" if ours else "sdpa"
+
+
+def cpu_rows(seqs: list[SeqInput], starts: list[int], bs: int) -> CpuRows | None:
+    """Our CPU kernel's sequences: each one's packed first row, rows and context, and its blocks (None: none)."""
+    if not seqs:
+        return None
+    ctx = [s.start_pos + len(s.token_ids) for s in seqs]
+    width = max(-(-c // bs) for c in ctx)
+    tables = [s.block_table[:-(-c // bs)] + [0] * (width - -(-c // bs)) for s, c in zip(seqs, ctx, strict=True)]
+    rows = [(a, len(s.token_ids), c) for s, a, c in zip(seqs, starts, ctx, strict=True)]
+    return CpuRows(torch.tensor(rows, dtype=torch.int32), torch.tensor(tables, dtype=torch.int32), max(ctx),
+                   all(len(s.token_ids) == 1 for s in seqs))
+
+
+def _decode_groups(dec: list[SeqInput], bs: int, device) -> list[DecodeGroup]:
+    """The SDPA path's decode groups: block ids and masks."""
     decodes = []
     for a, b in decode_groups([s.start_pos + 1 for s in dec]):
         width = -(-(dec[a].start_pos + 1) // bs)
@@ -79,16 +109,20 @@ def _sdpa_inputs(dec: list[SeqInput], pre: list[SeqInput], bs: int, device):
         ctx = torch.tensor([s.start_pos + 1 for s in dec[a:b]])
         mask = (torch.arange(width * bs)[None, :] < ctx[:, None])[:, None, None, :]
         decodes.append(DecodeGroup(a, b - a, table.reshape(-1).to(device), mask.to(device)))
-    prefills, start = [], len(dec)
-    for s in pre:
+    return decodes
+
+
+def _prefill_chunks(pre: list[SeqInput], starts: list[int], bs: int, device) -> list[PrefillChunk]:
+    """The SDPA path's prefill chunks, each at its packed first row."""
+    prefills = []
+    for s, start in zip(pre, starts, strict=True):
         n, ctx_len = len(s.token_ids), s.start_pos + len(s.token_ids)
         blocks = mask = None
         if s.start_pos:
             blocks = torch.tensor(s.block_table[:-(-ctx_len // bs)], device=device)
             mask = (torch.arange(ctx_len)[None, :] <= torch.arange(s.start_pos, ctx_len)[:, None]).to(device)
         prefills.append(PrefillChunk(start, n, blocks, ctx_len, mask))
-        start += n
-    return decodes, prefills
+    return prefills
 
 
 def kernel_inputs(dec: list[SeqInput], pre: list[SeqInput], bs: int, device) -> KernelInputs:

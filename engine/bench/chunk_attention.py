@@ -30,7 +30,7 @@ def compare(dtype: torch.dtype, prefix: int, new: int, repeat: int, rounds: int 
     """Seconds per layer call as shipped and as one masked call (the best of `rounds` alternating runs) and the
     largest output difference, for one chunk."""
     seqs, k_cache, v_cache, query, key, value = step({**SHAPE, "dtype": dtype}, [(prefix, new)], torch.device("cpu"))
-    meta = build(seqs, SHAPE["block_size"], [k_cache], [v_cache], "cpu", kernels=False)[0]
+    meta = build(seqs, SHAPE["block_size"], [k_cache], [v_cache], "cpu", path="sdpa")[0]
     layer = types.SimpleNamespace(layer_idx=0)
     shipped, best, out = (attention.FOLD_ROWS, attention.SPLIT_MIN), {}, {}
     try:

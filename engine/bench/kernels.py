@@ -55,8 +55,8 @@ def compare(shape: dict, rows: list[tuple[int, int]], device: torch.device) -> d
     seqs, k_cache, v_cache, query, key, value = step(shape, rows, device)
     layer = types.SimpleNamespace(layer_idx=0)
     result = {}
-    for name, kernels in (("sdpa", False), ("kernel", True)):
-        meta = build(seqs, shape["block_size"], [k_cache], [v_cache], device, kernels=kernels)[0]
+    for name, path in (("sdpa", "sdpa"), ("kernel", "triton")):
+        meta = build(seqs, shape["block_size"], [k_cache], [v_cache], device, path=path)[0]
         call = functools.partial(attention.paged_attention, layer, query, key, value, None, floodway_meta=meta)
         result[name] = call()[0].float()
         result[name + "_s"] = seconds_per_call(call, device, shape["repeat"])

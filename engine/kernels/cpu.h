@@ -40,6 +40,12 @@ void int4_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const u
 void lora_add(const void* x, void* y, const void* a, const void* b, int wbf16, const float* scale,
               const int32_t* rows, const int32_t* groups, int num_groups, const int32_t* parts, int num_parts, int in,
               int width, int out, int bf16, int threads);
+/* out [T, heads, dim] = each sequence's rows attending over its paged keys and values (cpu_attention.c); seqs: per
+ * sequence (first row, rows, context length); strides: the caches' block, position and head strides in elements;
+ * scratch: threads * max_ctx floats. */
+void paged_attention(const void* q, const void* k, const void* v, void* out, const int32_t* seqs,
+                     const int32_t* tables, int num_seqs, int width, int heads, int kv_heads, int dim, int block_size,
+                     const int64_t* strides, float scale, int bf16, int threads, float* scratch, int max_ctx);
 #else
 #define HAVE_KERNELS 0
 #endif

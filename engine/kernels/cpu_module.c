@@ -1,5 +1,5 @@
-/* floodway.engine.kernels._cpu: our CPU kernels for Python (cpu_int4.py, cpu_lora.py). Arguments are the addresses of
- * contiguous tensors the callers checked, and sizes; the GIL is released while a kernel runs. */
+/* floodway.engine.kernels._cpu: our CPU kernels for Python (cpu_int4.py, cpu_lora.py, cpu_attention.py). Arguments
+ * are the addresses of contiguous tensors the callers checked, and sizes; the GIL is released while a kernel runs. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
@@ -48,6 +48,29 @@ static PyObject* py_lora_add(PyObject* self, PyObject* args) {
     Py_RETURN_NONE;
 }
 
+/* paged_attention(q, k, v, out, seqs, tables, num_seqs, width, heads, kv_heads, dim, block_size, block_stride,
+ * position_stride, head_stride, scale, bf16, threads, max_ctx) */
+static PyObject* py_paged_attention(PyObject* self, PyObject* args) {
+    unsigned long long q, k, v, out, seqs, tables;
+    int num_seqs, width, heads, kv_heads, dim, block_size, bf16, threads, max_ctx;
+    long long strides[3];
+    float scale;
+    if (!PyArg_ParseTuple(args, "KKKKKKiiiiiiLLLfiii", &q, &k, &v, &out, &seqs, &tables, &num_seqs, &width, &heads,
+                          &kv_heads, &dim, &block_size, &strides[0], &strides[1], &strides[2], &scale, &bf16,
+                          &threads, &max_ctx))
+        return NULL;
+    const int64_t steps[3] = {strides[0], strides[1], strides[2]};
+    float* scratch = malloc(sizeof(float) * (size_t)(threads > 1 ? threads : 1) * (max_ctx + 16));
+    if (!scratch) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    paged_attention((const void*)q, (const void*)k, (const void*)v, (void*)out, (const int32_t*)seqs,
+                    (const int32_t*)tables, num_seqs, width, heads, kv_heads, dim, block_size, steps, scale, bf16,
+                    threads, scratch, max_ctx + 16);
+    Py_END_ALLOW_THREADS
+    free(scratch);
+    Py_RETURN_NONE;
+}
+
 #endif
 
 static PyMethodDef methods[] = {
@@ -55,6 +78,7 @@ static PyMethodDef methods[] = {
 #if HAVE_KERNELS
     {"int4_matmul", py_int4_matmul, METH_VARARGS, "y = x @ w.T for packed int4 w"},
     {"lora_add", py_lora_add, METH_VARARGS, "y[rows] += each slot's LoRA delta"},
+    {"paged_attention", py_paged_attention, METH_VARARGS, "few query rows a sequence over paged K/V"},
 #endif
     {NULL, NULL, 0, NULL},
 };

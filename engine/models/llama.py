@@ -128,7 +128,7 @@ class LlamaDecoder(nn.Module):
         pos = position_ids[0]
         h = self.embed_tokens(input_ids[0])
         cos, sin = self.cos[pos], self.sin[pos]
-        if self.compiled_layers is not None and not floodway_meta.prefills and floodway_meta.kernel is None:
+        if self.compiled_layers is not None and floodway_meta.decodes_only():
             _compiled_step.meta = floodway_meta
             self.compiled_layers(h, cos, sin, None)
         else:

@@ -60,3 +60,52 @@ def test_a_misplaced_nibble_fails_the_comparison():
     assert torch.allclose(cpu_int4.matmul(x, packed, scales, zeros, 32).float(), want, rtol=2e-2, atol=2e-2)
     assert not torch.allclose(cpu_int4.matmul(x, swapped, scales, zeros, 32).float(), want, rtol=2e-2, atol=2e-2)
 
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("heads,kv_heads,dim", [(9, 3, 64), (4, 4, 40), (8, 2, 128)])
+@pytest.mark.parametrize("threads,head_major", [(1, True), (2, True), (1, False)])
+def test_paged_attention_equals_causal_sdpa_over_each_context(dtype, heads, kv_heads, dim, threads, head_major):
+    """Sequences of 1 to 9 rows (decodes, a verify's drafts) after contexts of 1 to 300 positions, in blocks scattered
+    over the pool, GQA and not, head sizes not a multiple of 16, the engine's head-major caches and plain contiguous
+    ones: each row equals SDPA over its sequence's first ctx - rows + i + 1 positions, within bf16 rounding (float32:
+    1e-5)."""
+    from floodway.engine.kernels import cpu_attention
+    from floodway.engine.kv_cache import KVShape, allocate
+
+    g = torch.Generator().manual_seed(0)
+    block_size, num_blocks = 16, 64
+    (k_cache,), (v_cache,) = allocate(KVShape(1, kv_heads, dim, block_size, dtype), num_blocks, torch.device("cpu"))
+    k_cache.copy_(torch.randn(k_cache.shape, generator=g))
+    v_cache.copy_(torch.randn(v_cache.shape, generator=g))
+    if not head_major:
+        k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
+    shapes = [(1, 1), (1, 17), (5, 5), (9, 150), (1, 300), (3, 33)]  # (rows, context)
+    width = max(-(-c // block_size) for _, c in shapes)
+    order = torch.randperm(num_blocks, generator=g).tolist()
+    tables, seqs, start = [], [], 0
+    for rows, ctx in shapes:
+        need = -(-ctx // block_size)
+        tables.append(order[:need] + [0] * (width - need))
+        order = order[need:]
+        seqs.append((start, rows, ctx))
+        start += rows
+    q = torch.randn(start, heads, dim, generator=g).to(dtype)
+    out = torch.empty_like(q)
+    torch.set_num_threads(threads)
+    try:
+        cpu_attention.attend(q, k_cache, v_cache, out, torch.tensor(seqs, dtype=torch.int32),
+                             torch.tensor(tables, dtype=torch.int32), max(c for _, c in shapes), dim ** -0.5)
+    finally:
+        torch.set_num_threads(1)
+    for (first, rows, ctx), table in zip(seqs, tables, strict=True):
+        pos = torch.arange(ctx)
+        slots = torch.tensor(table)[pos // block_size] * block_size + pos % block_size
+        k = k_cache.reshape(-1, kv_heads, dim)[slots].float().transpose(0, 1).repeat_interleave(heads // kv_heads, 0)
+        v = v_cache.reshape(-1, kv_heads, dim)[slots].float().transpose(0, 1).repeat_interleave(heads // kv_heads, 0)
+        mask = pos[None, :] <= torch.arange(ctx - rows, ctx)[:, None]
+        want = torch.nn.functional.scaled_dot_product_attention(q[first:first + rows].float().transpose(0, 1), k, v,
+                                                                attn_mask=mask).transpose(0, 1)
+        got = out[first:first + rows].float()
+        tol = 1e-5 if dtype == torch.float32 else 2 ** -7
+        assert ((got - want).abs() <= tol * (1 + want.abs())).all(), (rows, ctx, (got - want).abs().max())

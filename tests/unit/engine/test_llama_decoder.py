@@ -60,7 +60,7 @@ def test_logits_equal_transformers_for_mixed_steps(name):
     with torch.inference_mode():
         full = [ref(torch.tensor([s])).logits[0] for s in seqs_so_far]
         for step, want in ((step1, [full[0][8]]), (step2, [full[0][9], full[1][22], full[2][13], full[1][10:12]])):
-            meta, ids, pos, keep = step_inputs.build(step, 4, ks, vs, "cpu", kernels=False)
+            meta, ids, pos, keep = step_inputs.build(step, 4, ks, vs, "cpu", path="sdpa")
             got = ours(input_ids=ids, position_ids=pos, logits_to_keep=keep, floodway_meta=meta).logits[0]
             torch.testing.assert_close(got, torch.cat([w.reshape(-1, cfg.vocab_size) for w in want]),
                                        atol=2e-5, rtol=2e-5)

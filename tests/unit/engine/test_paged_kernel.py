@@ -150,14 +150,15 @@ def test_kernel_inputs_follow_the_packed_order():
             SeqInput([1], 3, [2, 9], True),  # decode, context 4: its table's spare block is left out
             SeqInput([4, 5], 4, [3, 6], False),  # prefill chunk after a cached prefix
             SeqInput([2], 9, [0, 1, 4], True)]  # decode, context 10
-    meta = build(seqs, 4, [], [], "cpu", kernels=True)[0]
+    meta = build(seqs, 4, [], [], "cpu", path="triton")[0]
     kin = meta.kernel
     assert meta.decodes == [] and meta.prefills == [] and kin.num_decode == 2
     assert kin.decode_tables.tolist() == [[0, 1, 4], [2, 0, 0]] and kin.decode_lens.tolist() == [10, 4]
     assert kin.prefill_tables.tolist() == [[3, 6], [5, 0]] and kin.prefill_lens.tolist() == [6, 3]
     assert kin.query_start.tolist() == [0, 2, 5]
     assert {t.dtype for t in vars(kin).values() if isinstance(t, torch.Tensor)} == {torch.int32}
-    assert build(seqs, 4, [], [], "cpu")[0].kernel is None  # the CPU default builds no kernel inputs
+    cache = [torch.zeros(8, 4, 1, 2)]
+    assert build(seqs, 4, cache, cache, "cpu")[0].kernel is None  # the CPU default builds no kernel inputs
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(9, 3), (8, 2), (4, 4)])
@@ -171,7 +172,7 @@ def test_sdpa_path_chunks_after_a_prefix_match_causal_attention(heads, kv_heads)
     chunks = [(17 - 2 * i, n) for i, n in enumerate(lengths)]  # (cached prefix, chunk length), in packed order
     pool = Pool([p + n for p, n in chunks], bs, kv_heads, head_dim, torch.float32, seed=4)
     seqs = [SeqInput([0] * n, p, pool.tables[row].tolist(), True) for row, (p, n) in enumerate(chunks)]
-    meta = build(seqs, bs, [pool.k], [pool.v], "cpu", kernels=False)[0]
+    meta = build(seqs, bs, [pool.k], [pool.v], "cpu", path="sdpa")[0]
     assert meta.decodes == [] and [p.length for p in meta.prefills] == lengths
     q = torch.randn(sum(lengths), heads, head_dim, generator=torch.Generator().manual_seed(5))
     # This step's K/V as the pool holds them at the chunks' positions: writing them back changes nothing.
@@ -250,9 +251,9 @@ class TestKernelCases:
                              for h in (heads, kv_heads, kv_heads))
         module = types.SimpleNamespace(layer_idx=0)
         outs = []
-        for use_kernels in (False, True):
+        for path in ("sdpa", "triton"):
             k_cache, v_cache = cache.clone(), cache.flip(0).clone()
-            meta = build(seqs, bs, [k_cache], [v_cache], DEVICE, kernels=use_kernels)[0]
+            meta = build(seqs, bs, [k_cache], [v_cache], DEVICE, path=path)[0]
             out, _ = attention.paged_attention(module, query, key, value, None, scaling=0.25, floodway_meta=meta)
             outs.append(out)
         assert outs[0].shape == outs[1].shape == (1, tokens, heads, head_dim)
@@ -269,8 +270,8 @@ class TestKernelCases:
         build = step_inputs.build
         params = SamplingParams(max_tokens=3, ignore_eos=True, temperature=0)
 
-        def generate(use_kernels):
-            monkeypatch.setattr(step_inputs, "build", functools.partial(build, kernels=use_kernels))
+        def generate(path):
+            monkeypatch.setattr(step_inputs, "build", functools.partial(build, path=path))
             eng = LLMEngine(EngineConfig(model=tiny_model_path, device=DEVICE, max_model_len=64, num_kv_blocks=8,
                                          max_num_batched_tokens=12, max_num_seqs=4))
             eng.add_request("a", list(range(10, 30)), params)
@@ -281,4 +282,4 @@ class TestKernelCases:
             assert eng.stats().prefix_cache_hits_total == 16  # b's first block
             return {rid: outs[-1].output_token_ids for rid, outs in out.items()}
 
-        assert generate(True) == generate(False)
+        assert generate("triton") == generate("sdpa")

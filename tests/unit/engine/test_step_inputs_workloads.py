@@ -1,5 +1,6 @@
 import pytest
 import torch
+from floodway.engine import attention
 from floodway.engine.bench import workloads
 from floodway.engine.step_inputs import SeqInput, build, decode_groups
 
@@ -17,7 +18,7 @@ def test_build_packs_decodes_first_and_keeps_logits_in_caller_order():
             SeqInput([1], 3, [2], True),  # decode, context 4
             SeqInput([4, 5], 4, [3, 6], False),  # prefill chunk after a cached prefix, no sampling
             SeqInput([2], 9, [0, 1, 4], True)]  # decode, context 10 (longest: packed first)
-    meta, ids, pos, keep = build(seqs, 4, k, k, "cpu")
+    meta, ids, pos, keep = build(seqs, 4, k, k, "cpu", path="sdpa")
     assert ids.tolist() == [[2, 1, 4, 5, 7, 8, 9]]
     assert pos.tolist() == [[9, 3, 4, 5, 0, 1, 2]]
     assert meta.slot_mapping.tolist() == [4 * 4 + 1, 2 * 4 + 3, 6 * 4 + 0, 6 * 4 + 1, 20, 21, 22]
@@ -30,6 +31,26 @@ def test_build_packs_decodes_first_and_keeps_logits_in_caller_order():
     assert p0.start == 2 and p0.blocks.tolist() == [3, 6] and p0.ctx_len == 6
     assert p0.mask.tolist()[0] == [True] * 5 + [False]
     assert p1.start == 4 and p1.blocks is None and p1.mask is None
+
+
+def test_the_cpu_kernel_path_takes_sequences_of_few_rows_and_sdpa_the_longer_chunks():
+    """Our CPU kernel's inputs: each sequence of up to KERNEL_ROWS tokens by its packed first row, rows and context,
+    with its blocks (padded with block 0); a longer chunk stays an SDPA prefill chunk at its packed row."""
+    k = [torch.zeros(16, 4, 1, 2)]
+    long = attention.KERNEL_ROWS + 1
+    seqs = [SeqInput([7] * long, 0, list(range(9)), True),  # a long prefill chunk
+            SeqInput([1], 3, [12], True),  # decode, context 4
+            SeqInput([4, 5], 4, [13, 14], False),  # a short chunk after a cached prefix (a verify's drafts)
+            SeqInput([2], 9, [9, 10, 11], True)]  # decode, context 10
+    meta = build(seqs, 4, k, k, "cpu", path="cpu")[0]
+    assert meta.decodes == [] and meta.kernel is None
+    assert meta.cpu.seqs.tolist() == [[0, 1, 10], [1, 1, 4], [2, 2, 6]] and meta.cpu.max_ctx == 10
+    assert meta.cpu.tables.tolist() == [[9, 10, 11], [12, 0, 0], [13, 14, 0]]
+    assert not meta.cpu.decodes_only and not meta.decodes_only()
+    [chunk] = meta.prefills
+    assert (chunk.start, chunk.length, chunk.blocks, chunk.mask) == (4, long, None, None)
+    decodes = build([seqs[1], seqs[3]], 4, k, k, "cpu", path="cpu")[0]
+    assert decodes.cpu.decodes_only and decodes.decodes_only() and decodes.prefills == []
 
 
 def test_workload_a_is_deterministic_and_fits():
