@@ -109,3 +109,14 @@ def test_paged_attention_equals_causal_sdpa_over_each_context(dtype, heads, kv_h
         got = out[first:first + rows].float()
         tol = 1e-5 if dtype == torch.float32 else 2 ** -7
         assert ((got - want).abs() <= tol * (1 + want.abs())).all(), (rows, ctx, (got - want).abs().max())
+
+
+def test_attention_bench_prints_every_row_and_both_paths_agree(capsys):
+    """`python -P -m floodway.engine.bench.cpu_attention` cannot rot: a row per step, our kernel equal to the SDPA
+    path within float32 rounding."""
+    from floodway.engine.bench import cpu_attention as bench
+
+    assert bench.main(["--repeat", "1", "--dtypes", "float32"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| float32")]
+    assert len(rows) == len(bench.CASES)
+    assert all(float(r[-1]) <= 1e-4 for r in rows), rows
