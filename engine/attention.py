@@ -36,10 +36,12 @@ FOLD_ROWS = 32
 # 2,048; at 256-512 tokens 0.81-1.09x, so shorter chunks keep the one masked call (the same page).
 SPLIT_MIN = 768
 _FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # returns the log-sum-exp too
-# On CPU, sequences of up to KERNEL_ROWS new tokens (decodes, a verify's drafts) attend through our kernel
-# (kernels/cpu_attention.c) where it is built and the CPU has AVX-512 BF16: K/V read in place, one call a layer.
-# Longer chunks are prefill work, where SDPA's flash kernel multiplies whole blocks.
-KERNEL_ROWS = 32
+# On CPU, sequences of up to KERNEL_ROWS new tokens in the cache's dtype (decodes, a verify's drafts) attend through
+# our kernel (kernels/cpu_attention.c) where it is built and the CPU has AVX-512 BF16: K/V read in place, one call a
+# layer. It reads a head's keys once a query row, so longer chunks, and float32 chunks (twice the bytes), go to SDPA,
+# whose flash kernel multiplies whole blocks: our kernel was 1.06-2.2x SDPA on bf16 chunks of 5-32 tokens, 0.58-0.90x
+# on float32 ones after 600-1200 cached tokens (docs/benchmarks/2026-12-07-cpu-attention.md).
+KERNEL_ROWS = {torch.bfloat16: 32, torch.float32: 1}
 MAX_KERNEL_DIM = 256  # the kernel keeps a row's query and output in registers up to this head size
 CPU_KERNEL = cpu.available()
 

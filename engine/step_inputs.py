@@ -64,8 +64,9 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, pat
                     kernel_inputs(dec, pre, bs, device) if path == "triton" else None)
     starts = [first[i] for i in order]
     if path == "cpu":
-        few = [j for j, i in enumerate(order) if len(seqs[i].token_ids) <= attention.KERNEL_ROWS]
-        rest = [j for j, i in enumerate(order) if len(seqs[i].token_ids) > attention.KERNEL_ROWS]
+        limit = attention.KERNEL_ROWS[k_caches[0].dtype]
+        few = [j for j, i in enumerate(order) if len(seqs[i].token_ids) <= limit]
+        rest = [j for j, i in enumerate(order) if len(seqs[i].token_ids) > limit]
         meta.cpu = cpu_rows([seqs[order[j]] for j in few], [starts[j] for j in few], bs)
         meta.prefills = _prefill_chunks([seqs[order[j]] for j in rest], [starts[j] for j in rest], bs, device)
     elif path == "sdpa":
@@ -82,8 +83,7 @@ def attention_path(cache: torch.Tensor, device) -> str:
     dtype and head size; else SDPA."""
     if torch.device(device).type == "cuda":
         return "triton" if attention.KERNELS_AVAILABLE else "sdpa"
-    ours = attention.CPU_KERNEL and cache.shape[-1] <= attention.MAX_KERNEL_DIM and \
-        cache.dtype in (torch.bfloat16, torch.float32)
+    ours = attention.CPU_KERNEL and cache.shape[-1] <= attention.MAX_KERNEL_DIM and cache.dtype in attention.KERNEL_ROWS
     return "cpu" if ours else "sdpa"
 
 

@@ -34,10 +34,11 @@ def test_build_packs_decodes_first_and_keeps_logits_in_caller_order():
 
 
 def test_the_cpu_kernel_path_takes_sequences_of_few_rows_and_sdpa_the_longer_chunks():
-    """Our CPU kernel's inputs: each sequence of up to KERNEL_ROWS tokens by its packed first row, rows and context,
-    with its blocks (padded with block 0); a longer chunk stays an SDPA prefill chunk at its packed row."""
-    k = [torch.zeros(16, 4, 1, 2)]
-    long = attention.KERNEL_ROWS + 1
+    """Our CPU kernel's inputs: each sequence of up to KERNEL_ROWS tokens (for the cache's dtype) by its packed first
+    row, rows and context, with its blocks (padded with block 0); a longer chunk stays an SDPA prefill chunk at its
+    packed row."""
+    k = [torch.zeros(16, 4, 1, 2, dtype=torch.bfloat16)]
+    long = attention.KERNEL_ROWS[torch.bfloat16] + 1
     seqs = [SeqInput([7] * long, 0, list(range(9)), True),  # a long prefill chunk
             SeqInput([1], 3, [12], True),  # decode, context 4
             SeqInput([4, 5], 4, [13, 14], False),  # a short chunk after a cached prefix (a verify's drafts)
@@ -51,6 +52,9 @@ def test_the_cpu_kernel_path_takes_sequences_of_few_rows_and_sdpa_the_longer_chu
     assert (chunk.start, chunk.length, chunk.blocks, chunk.mask) == (4, long, None, None)
     decodes = build([seqs[1], seqs[3]], 4, k, k, "cpu", path="cpu")[0]
     assert decodes.cpu.decodes_only and decodes.decodes_only() and decodes.prefills == []
+    f32 = [t.float() for t in k]  # float32 chunks go to SDPA
+    mixed = build(seqs[1:], 4, f32, f32, "cpu", path="cpu")[0]
+    assert mixed.cpu.seqs.tolist() == [[0, 1, 10], [1, 1, 4]] and [c.length for c in mixed.prefills] == [2]
 
 
 def test_workload_a_is_deterministic_and_fits():
