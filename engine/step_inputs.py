@@ -10,6 +10,7 @@ from floodway.engine.attention import CpuRows, DecodeGroup, KernelInputs, Prefil
 # bounds the padding the group's shared SDPA call computes over.
 GROUP_RATIO = 0.6
 MAX_DECODE_GROUPS = 4
+PATHS = ("triton", "cpu", "sdpa")  # where a step's attention runs: attention_path chooses, build takes any
 
 
 @dataclass
@@ -60,6 +61,8 @@ def build(seqs: list[SeqInput], block_size: int, k_caches, v_caches, device, pat
         last[i] = len(ids) - 1
     dec, pre = [seqs[i] for i in order[:num_decode]], [seqs[i] for i in order[num_decode:]]
     path = path or attention_path(k_caches[0], device)
+    if path not in PATHS:
+        raise ValueError(f"attention path {path!r} is not one of {PATHS}")
     meta = StepMeta(k_caches, v_caches, torch.tensor(slots, device=device), [], [],
                     kernel_inputs(dec, pre, bs, device) if path == "triton" else None)
     starts = [first[i] for i in order]

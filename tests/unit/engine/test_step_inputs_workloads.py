@@ -55,6 +55,8 @@ def test_the_cpu_kernel_path_takes_sequences_of_few_rows_and_sdpa_the_longer_chu
     f32 = [t.float() for t in k]  # float32 chunks go to SDPA
     mixed = build(seqs[1:], 4, f32, f32, "cpu", path="cpu")[0]
     assert mixed.cpu.seqs.tolist() == [[0, 1, 10], [1, 1, 4]] and [c.length for c in mixed.prefills] == [2]
+    with pytest.raises(ValueError, match="not one of"):
+        build(seqs, 4, k, k, "cpu", path="flash")
 
 
 def test_workload_a_is_deterministic_and_fits():
