@@ -42,7 +42,6 @@ _FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # retur
 # whose flash kernel multiplies whole blocks: our kernel was 1.06-2.2x SDPA on bf16 chunks of 5-32 tokens, 0.58-0.90x
 # on float32 ones after 600-1200 cached tokens (docs/benchmarks/2026-12-07-cpu-attention.md).
 KERNEL_ROWS = {torch.bfloat16: 32, torch.float32: 1}
-MAX_KERNEL_DIM = 256  # the kernel keeps a row's query and output in registers up to this head size
 CPU_KERNEL = cpu.available()
 
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import torch
 from floodway.engine import attention
 from floodway.engine.attention import CpuRows, DecodeGroup, KernelInputs, PrefillChunk, StepMeta
+from floodway.engine.kernels import cpu_attention
 
 # A decode joins the current group unless its context is shorter than this share of the group's longest:
 # bounds the padding the group's shared SDPA call computes over.
@@ -86,7 +87,7 @@ def attention_path(cache: torch.Tensor, device) -> str:
     dtype and head size; else SDPA."""
     if torch.device(device).type == "cuda":
         return "triton" if attention.KERNELS_AVAILABLE else "sdpa"
-    ours = attention.CPU_KERNEL and cache.shape[-1] <= attention.MAX_KERNEL_DIM and cache.dtype in attention.KERNEL_ROWS
+    ours = attention.CPU_KERNEL and cache.shape[-1] <= cpu_attention.MAX_DIM and cache.dtype in attention.KERNEL_ROWS
     return "cpu" if ours else "sdpa"
 
 

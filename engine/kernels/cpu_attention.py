@@ -4,6 +4,8 @@ read K/V in place by block table, in one call a layer; attention.py sends longer
 import torch
 from floodway.engine.kernels import cpu
 
+MAX_DIM = 256  # head sizes the kernel takes: it keeps a row's query and output in registers (cpu_attention.c)
+
 
 def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, seqs: torch.Tensor,
            tables: torch.Tensor, max_ctx: int, scale: float) -> None:
@@ -14,7 +16,7 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: t
     q = q.contiguous()
     _, block_size, kv_heads, dim = k_cache.shape
     assert out.is_contiguous() and q.dtype == out.dtype == k_cache.dtype in (torch.bfloat16, torch.float32)
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride()
+    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride() and dim <= MAX_DIM
     cpu.lib.paged_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), seqs.data_ptr(),
                             tables.data_ptr(), seqs.shape[0], tables.shape[1], q.shape[1], kv_heads, dim, block_size,
                             *k_cache.stride()[:3], scale, int(q.dtype == torch.bfloat16), torch.get_num_threads(),
