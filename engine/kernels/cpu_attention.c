@@ -4,10 +4,9 @@
  *
  * The caches are [num_blocks, block_size, kv_heads, head_dim] by their strides (kv_cache.allocate's are head-major, so
  * that one head's positions in a block are one contiguous matrix), head_dim contiguous. A sequence's rows are its last
- * `len` tokens
- * of `ctx`; row i sees the first ctx - len + i + 1 positions (causal). Per query row and head: the scores into
- * scratch, then their exponentials from the largest (one pass: exp2 of a polynomial), then the weighted values. The
- * (sequence, head) pairs are spread over the threads. */
+ * `len` tokens of `ctx`; row i sees the first ctx - len + i + 1 positions (causal). Per query row and head: the scores
+ * into scratch, then their exponentials from the largest (one pass: exp2 of a polynomial), then the weighted values.
+ * The (sequence, head) pairs are spread over the threads. */
 #include "cpu.h"
 
 #include <math.h>
@@ -94,7 +93,8 @@ AVX512 void paged_attention(const void* q, const void* k, const void* v, void* o
 #endif
         for (int i = 0; i < len; i++) {
             const size_t at = ((size_t)(start + i) * heads + h) * dim * esize;
-            const void *qr = (const char*)q + at, *table = tables + (size_t)seq * width;
+            const void* qr = (const char*)q + at;
+            const int32_t* table = tables + (size_t)seq * width;
             void* o = (char*)out + at;
             const int n = ctx - len + i + 1;
             if (bf16 && dim == 64) row(qr, k, v, o, table, n, 64, block_size, strides, head, scale, 1, s);
