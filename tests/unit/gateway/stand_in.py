@@ -1,6 +1,6 @@
-"""A stand-in (aiohttp on 127.0.0.1) that plays both an engine (/v1/completions) and the overflow API
-(/ext/v1/completions) for tests that drive Gateway.handle in process: it answers every completion with "ok" and
-records (path, request body) of each."""
+"""Stand-ins on 127.0.0.1 for the gateway's unit tests: `serve` runs any aiohttp app on a free port, and
+`completions_stand_in` plays both an engine (/v1/completions) and the overflow API (/ext/v1/completions) for tests that
+drive Gateway.handle in process: it answers every completion with "ok" and records (path, request body) of each."""
 
 from aiohttp import web
 
@@ -15,6 +15,11 @@ async def completions_stand_in(seen: list[tuple[str, dict]]) -> tuple[web.AppRun
     app = web.Application()
     app.router.add_post("/v1/completions", complete)
     app.router.add_post("/ext/v1/completions", complete)
+    return await serve(app)
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    """Runs app on a free port of 127.0.0.1: (its runner, to clean up; its URL)."""
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -12,6 +12,8 @@ from floodway.operator.gateway.overflow import OverflowPolicy, PoolState, Reques
 from floodway.operator.gateway.prefix_index import BLOCK_CHARS, request_keys
 from floodway.operator.gateway.routing import BackendLoad, PrefixPolicy, RoutingWeights, pick_prefix
 
+from tests.unit.gateway.stand_in import serve
+
 
 def test_adapter_of_names_every_other_served_name_or_what_the_engines_list():
     assert adapter_of("support", "base", ()) == "support"
@@ -152,11 +154,7 @@ async def test_a_backend_turning_ready_is_read_for_its_adapters_and_forgotten_wh
     app.router.add_get("/ready", probe)
     app.router.add_get("/metrics", probe)
     app.router.add_get("/v1/models", listing)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    runner, url = await serve(app)
     table = BackendTable(RoutingWeights(), random.Random(0), prefix=PrefixPolicy(), max_loras=2)
     table.set_endpoints([("e", url)])
     try:

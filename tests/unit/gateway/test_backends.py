@@ -9,6 +9,8 @@ from floodway.operator.gateway.k8s import endpoints_from_slices
 from floodway.operator.gateway.routing import PrefixPolicy, RoutingWeights
 from floodway.operator.gateway.ttft import SlotHold
 
+from tests.unit.gateway.stand_in import serve
+
 METRICS = """# HELP vllm:num_requests_waiting Waiting.
 # TYPE vllm:num_requests_waiting gauge
 vllm:num_requests_waiting{model_name="a"} 3.0
@@ -92,6 +94,9 @@ def test_a_backends_admission_wait_reads_its_batch_and_kv_cache():
     assert b.admission_wait_s(2000) == 0.0
 
 
+PROBE_S = 0.5  # the probe timeout of the test below: a stand-in in this process answers well within it on a busy CPU
+
+
 async def test_a_slow_probe_is_load_and_only_misses_in_a_row_or_a_refusal_take_a_backend_out():
     """A busy engine answering its probe late stays in rotation, with what it holds, until MISSES_UNREADY probes in a
     row time out; a good probe resets the count; a refused connection is a dead engine, out at once."""
@@ -99,40 +104,36 @@ async def test_a_slow_probe_is_load_and_only_misses_in_a_row_or_a_refusal_take_a
 
     async def probe(_):
         if slow["on"]:
-            await asyncio.sleep(1.0)  # past the 0.2 s probe timeout below, deterministically
+            await asyncio.sleep(4 * PROBE_S)  # well past the probe's timeout
         return web.Response(text="")
 
     app = web.Application()
     app.router.add_get("/ready", probe)
     app.router.add_get("/metrics", probe)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    runner, url = await serve(app)
     table = BackendTable(RoutingWeights(), random.Random(0), prefix=PrefixPolicy())
     table.set_endpoints([("e", url)])
     try:
         async with aiohttp.ClientSession() as session:
-            await table.refresh(session, 0.2)
+            await table.refresh(session, PROBE_S)
             table.index.record("e", [1, 2, 3])
             slow["on"] = True
             for _ in range(MISSES_UNREADY - 1):
-                await table.refresh(session, 0.2)
+                await table.refresh(session, PROBE_S)
                 assert table.backends["e"].ready and table.index.size("e") == 3
             slow["on"] = False
-            await table.refresh(session, 0.2)  # answered: the count starts again
+            await table.refresh(session, PROBE_S)  # answered: the count starts again
             slow["on"] = True
             for _ in range(MISSES_UNREADY - 1):
-                await table.refresh(session, 0.2)
+                await table.refresh(session, PROBE_S)
             assert table.backends["e"].ready
-            await table.refresh(session, 0.2)
+            await table.refresh(session, PROBE_S)
             assert not table.backends["e"].ready and table.index.size("e") == 0
             slow["on"] = False
-            await table.refresh(session, 0.2)
+            await table.refresh(session, PROBE_S)
             assert table.backends["e"].ready
             await runner.cleanup()  # nothing listens there now: refused
-            await table.refresh(session, 0.2)
+            await table.refresh(session, PROBE_S)
             assert not table.backends["e"].ready
     finally:
         await runner.cleanup()

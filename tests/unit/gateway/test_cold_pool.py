@@ -16,6 +16,8 @@ from floodway.operator.gateway.overflow import OverflowPolicy, PoolState, Reques
 from floodway.operator.gateway.proxy import Gateway
 from floodway.operator.gateway.routing import RoutingWeights
 
+from tests.unit.gateway.stand_in import serve
+
 IDLE = EngineStats(num_running=0, num_waiting=0, num_free_blocks=2048, num_total_blocks=2048, kv_cache_usage=0.0,
                    prompt_tokens_total=0, generation_tokens_total=0, num_preemptions_total=0,
                    prefix_cache_queries_total=0, prefix_cache_hits_total=0, block_size=16, max_num_seqs=64,
@@ -34,13 +36,9 @@ async def _scraped_table(stats: EngineStats) -> BackendTable:
     app = web.Application()
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", scrape)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    runner, url = await serve(app)
     table = BackendTable(RoutingWeights(), random.Random(0))
-    table.set_endpoints([("e", f"http://127.0.0.1:{port}")])
+    table.set_endpoints([("e", url)])
     try:
         async with aiohttp.ClientSession() as session:
             await table.refresh(session, 5.0)
