@@ -41,8 +41,8 @@ def register(bench_app: typer.Typer) -> None:
         concurrency: str = typer.Option("1,8,32", help="chat, spec, lora: comma list of concurrent clients, one run "
                                                        "each."),
         max_tokens: int = typer.Option(64, help="chat, spec, lora: new tokens per request."),
-        rounds: int = typer.Option(3, help="spec: runs of each cell, the engines alternating which goes first; "
-                                           "ratios are of the rounds' sums."),
+        rounds: int = typer.Option(3, help="spec, lora: runs of each cell, the order of the cells reversed every "
+                                           "other round; ratios are of the rounds' sums."),
         lora_rank: int = typer.Option(16, help="lora: the adapters' rank (and the engine's --max-lora-rank)."),
         speculative_config: str = typer.Option(NGRAM, help="spec: the speculating engine's --speculative-config "
                                                            "(chat: floodway-spec's and the -lookup baselines')."),
@@ -70,7 +70,8 @@ def register(bench_app: typer.Typer) -> None:
         if workload == "lora":
             from floodway.engine.bench.lora import run as run_lora
 
-            run_lora(model, lora_rank, _counts(concurrency), threads, dtype, max_model_len, max_tokens, num_requests)
+            run_lora(model, lora_rank, _counts(concurrency), threads, dtype, max_model_len, max_tokens, num_requests,
+                     rounds)
             return
         if workload == "chat":
             from floodway.engine.bench.serving import run as run_served

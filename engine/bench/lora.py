@@ -1,6 +1,7 @@
 """LoRA, side by side: the base model alone (on an engine without LoRA, and on the LoRA engine) against requests
 spread uniformly over 1, 4 and 16 adapters (round robin), at each concurrency, greedy, closed loop (a finished request
-is replaced by the next); output tokens per second and the ratio to the base model on the engine without LoRA.
+is replaced by the next), in alternating rounds; output tokens per second and the ratio to the base model on the
+engine without LoRA.
 Also the time to read one adapter from disk into the CPU cache and to copy it into a weight slot.
 
 The adapters are random PEFT folders of the given rank on every projection, written to a temporary folder.
@@ -81,11 +82,18 @@ def load_times(engine, paths: list[str]) -> tuple[float, float]:
     return sorted(reads)[len(reads) // 2], sorted(copies)[len(copies) // 2]
 
 
+def _mean(rates: list[Rate]) -> Rate:
+    """The rounds' rate: their tokens (the same each round: the same requests, to max_tokens) over their summed time."""
+    return Rate(len(rates) / sum(1 / r.wall for r in rates), len(rates) / sum(1 / r.cpu for r in rates))
+
+
 def compare(plain, lora, rank: int, concurrency: list[int], max_tokens: int, num_requests: int | None, echo,
-            counts: tuple[int, ...] = ADAPTER_COUNTS) -> None:
+            counts: tuple[int, ...] = ADAPTER_COUNTS, rounds: int = 1) -> None:
     """Writes max(counts) random adapters of `rank` for the LoRA engine (its --max-loras at least that many), times
-    their load and echoes the table, row by row as measured: at each concurrency the base model on both engines
-    and requests spread over each count of adapters."""
+    their load and echoes the table: at each concurrency the base model on both engines and requests spread over each
+    count of adapters, every cell `rounds` times, the cells' order reversed every other round; a rate is the rounds'
+    tokens over their time, and the range of each round's ratio to that round's base is printed beside it (one
+    engine's rate drifts by 5-10% from run to run on a shared machine)."""
     from floodway.engine.bench.speculative import prompts
     from floodway.engine.lora.peft_format import geometry_of
 
@@ -97,26 +105,33 @@ def compare(plain, lora, rank: int, concurrency: list[int], max_tokens: int, num
         for i, path in enumerate(paths):
             lora.lora.load(f"a{i}", path)
         echo(f"adapters of rank {rank} on q/k/v/o/gate/up/down; greedy, {max_tokens} new tokens per request; "
-             f"requests per cell: {num_requests or 'max(8, 2 x concurrency)'}")
+             f"requests per cell: {num_requests or 'max(8, 2 x concurrency)'}; rounds: {rounds}")
         echo(f"adapter load from disk (read + check + slot layout): {read_s * 1000:.1f} ms; copy into a slot: "
              f"{copy_s * 1000:.1f} ms (median of {n_adapters})")
-        warm = prompts(plain.tokenizer, "chat", 4)
+        warm = prompts(plain.tokenizer, "chat", n_adapters)  # every adapter in its slot before the timed cells
         run_once(plain, warm, [None], 4, 8, "warm")
         run_once(lora, warm, [f"a{i}" for i in range(n_adapters)], 4, 8, "warm")
-        echo("| concurrency | rows | tok/s | x base (no LoRA engine) | x base, per CPU-second |\n|---|---|---|---|---|")
+        echo("| concurrency | rows | tok/s | x base (no LoRA engine) | x base, per CPU-second | x base, per round |\n"
+             "|---|---|---|---|---|---|")
+        cells = [("base, engine without LoRA", plain, [None]), ("base, LoRA engine", lora, [None])] + \
+            [(f"{k} adapter{'s' if k > 1 else ''} uniformly", lora, [f"a{i}" for i in range(k)]) for k in counts]
         for c in concurrency:
             reqs = prompts(plain.tokenizer, "chat", num_requests or max(8, 2 * c))
-            base = run_once(plain, reqs, [None], c, max_tokens, f"plain{c}")
-            echo(f"| {c} | base, engine without LoRA | {base.wall:,.1f} | 1.00x | 1.00x |")
-            rows = [("base, LoRA engine", [None])] + [(f"{k} adapter{'s' if k > 1 else ''} uniformly",
-                                                      [f"a{i}" for i in range(k)]) for k in counts]
-            for label, loras in rows:
-                r = run_once(lora, reqs, loras, c, max_tokens, f"{label[:6]}{c}")
-                echo(f"| {c} | {label} | {r.wall:,.1f} | {r.wall / base.wall:.2f}x | {r.cpu / base.cpu:.2f}x |")
+            runs: list[list[Rate]] = [[] for _ in cells]
+            for r in range(rounds):
+                for i in range(len(cells))[::1 if r % 2 == 0 else -1]:
+                    _, engine, loras = cells[i]
+                    runs[i].append(run_once(engine, reqs, loras, c, max_tokens, f"{c}r{r}c{i}"))
+            base = _mean(runs[0])
+            for (label, _, _), rates in zip(cells, runs, strict=True):
+                rate = _mean(rates)
+                per_round = sorted(x.wall / b.wall for x, b in zip(rates, runs[0], strict=True))
+                echo(f"| {c} | {label} | {rate.wall:,.1f} | {rate.wall / base.wall:.2f}x | "
+                     f"{rate.cpu / base.cpu:.2f}x | {per_round[0]:.2f}-{per_round[-1]:.2f}x |")
 
 
 def run(model: str, rank: int, concurrency: list[int], threads: int, dtype: str, max_model_len: int,
-        max_tokens: int, num_requests: int | None) -> None:
+        max_tokens: int, num_requests: int | None, rounds: int) -> None:
     import torch
     import typer
     from floodway.engine.config import EngineConfig
@@ -136,4 +151,4 @@ def run(model: str, rank: int, concurrency: list[int], threads: int, dtype: str,
         raise typer.BadParameter(str(e)) from e
     plain, lora = (LLMEngine(cfg) for cfg in configs)
     typer.echo(f"model {model}; {torch.get_num_threads()} threads, {plain.runner.device}, {plain.runner.dtype}")
-    compare(plain, lora, rank, concurrency, max_tokens, num_requests, typer.echo)
+    compare(plain, lora, rank, concurrency, max_tokens, num_requests, typer.echo, rounds=rounds)

@@ -37,9 +37,9 @@ void int4_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const u
                  int K, int group, int threads, float* sx);
 
 /* y[rows] += each slot's LoRA delta, in place (cpu_lora.c). */
-void lora_add(const void* x, void* y, const void* a, const void* b, int wbf16, const float* scale,
-              const int32_t* rows, const int32_t* groups, int num_groups, const int32_t* parts, int num_parts, int in,
-              int width, int out, int bf16, int threads);
+void lora_add(const void* x, void* y, int bf16, const void* a, const void* b, int wbf16, const float* scale,
+              const int32_t* parts, int num_parts, int in, int out, const int32_t* rows, const int32_t* groups,
+              int num_groups, int threads);
 /* out [T, heads, dim] = each sequence's rows attending over its paged keys and values (cpu_attention.c); seqs: per
  * sequence (first row, rows, context length); strides: the caches' block, position and head strides in elements;
  * scratch: threads * max_ctx floats. */

@@ -109,11 +109,10 @@ class Segments:
         most = max(b - a for a, b in zip(starts[:-1], starts[1:], strict=True))
         return cls(idx[:len(rows)], idx[len(rows):], len(starts) - 1, most)
 
-    def add(self, y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor,
-            parts: torch.Tensor | None = None) -> torch.Tensor:
-        """y [T, out] += each adapter row's delta, in place; x [T, in], a [S, in, W], b [S, W, out], scale [S, 1, 1]
-        float32. Returns y. parts (B's non-zero blocks, which the CPU kernel reads alone) goes unused: these kernels
-        multiply B whole."""
+    def add(self, y: torch.Tensor, x: torch.Tensor, lin) -> torch.Tensor:
+        """y [T, out] += each adapter row's delta, in place; x [T, in]; lin: the LoRALinear, its stacks a [S, in, W],
+        b [S, W, out] and scale [S, 1, 1] float32 (B multiplied whole). Returns y."""
+        a, b, scale = lin.lora_a, lin.lora_b, lin.scale
         x = x.contiguous()  # the kernels step along a row by 1 (a no-op for the decoder's activations)
         n, (k, w), out = self.rows.shape[0], a.shape[1:], b.shape[2]
         t = torch.empty(n, w, device=x.device, dtype=torch.float32)

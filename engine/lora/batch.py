@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from floodway.engine.kernels import cpu, cpu_lora
 
-# On CPU our kernel (kernels/cpu_lora.c) takes every run in one call per linear, so no run is padded; torch's calls
-# below serve where it is not available.
+# On CPU our kernel (kernels/cpu_lora.c) takes every run in one call per linear, so no run is padded (and the layers
+# keep B packed for it alone); torch's calls below serve where it is not available.
 CPU_KERNEL = cpu.available()
 RUN_ROWS = 16  # a longer same-slot run is cheaper as its own slice than as padding of every other slot
 # Short runs are all sliced when runs x SLICE_COST < slots read by the padded bmm: on CPU a one-row slice cost about
@@ -88,8 +88,9 @@ def to_device(p: Plan, device, scale: torch.Tensor) -> DeviceBatch:
         from floodway.engine.kernels import lora_matmul
 
         return DeviceBatch([], None, None, None, 0, 0, lora_matmul.Segments.of(p, device))
-    if CPU_KERNEL and not p.rows:  # a plan made with run_rows(device)
-        return DeviceBatch([], None, None, None, 0, 0, cpu_lora.Rows(p.runs))
+    if CPU_KERNEL and torch.device(device).type == "cpu":  # every row (a plan made with run_rows(device) pads none)
+        one_row = [(d // p.per_slot, r, r + 1) for r, d in zip(p.rows, p.dest, strict=True)]
+        return DeviceBatch([], None, None, None, 0, 0, cpu_lora.Rows(p.runs + one_row))
     scales = scale.view(-1).tolist() if p.runs else None
     if not p.rows:
         return DeviceBatch(p.runs, None, None, None, 0, 0, scales=scales)

@@ -1,11 +1,13 @@
 """The LoRA wrapper around any linear of our decoder (float, packed bf16, quantized): y = base(x) + delta(x), where
 row t's delta is x_t @ A[slot_t] @ B[slot_t] * scale[slot_t] and rows of the base model get none.
 
-The slot stacks (A [S, in, P*R], B [S, P*R, out], scale [S, 1, 1]) are filled by `Slots.load`; the step's rows
+The slot stacks (A [S, in, P*R], B [S, P*R, out], or where our CPU kernel serves both packed as it reads them; scale
+[S, 1, 1]) are filled by `Slots.load`; the step's rows
 come from the shared `StepState`, set by the runner around each forward (None: the step has no adapter rows).
 """
 
 import torch
+from floodway.engine.kernels import cpu_lora
 from floodway.engine.lora import batch
 from floodway.engine.lora.batch import DeviceBatch
 from floodway.engine.lora.peft_format import Geometry
@@ -31,12 +33,31 @@ class LoRALinear(nn.Module):
         super().__init__()
         self.base, self.step, self.scale = base, step, scale
         self.in_features, self.out_features = base.in_features, base.out_features
-        self.lora_a = torch.zeros(slots, in_features, len(outs) * rank, device=device, dtype=dtype)
-        self.lora_b = torch.zeros(slots, len(outs) * rank, sum(outs), device=device, dtype=dtype)
         # Each part's block of B (its rank's rows, its output's columns); the rest of B is zeros, which the padded
-        # bmm skips: a third fewer bytes read on q/k/v, half on gate/up.
+        # bmm skips and our CPU kernel does not store: a third of q/k/v's bytes, half of gate/up's.
         self.parts = [(p * rank, (p + 1) * rank, sum(outs[:p]), sum(outs[:p + 1])) for p in range(len(outs))]
         self.part_bounds = torch.tensor(self.parts, dtype=torch.int32)  # the same, for our CPU kernel
+        self.packed = batch.CPU_KERNEL and torch.device(device).type == "cpu"
+        width = len(outs) * rank
+        shapes = [(n,) for n in cpu_lora.packed_sizes(in_features, self.parts, dtype)] if self.packed else \
+            [(in_features, width), (width, sum(outs))]
+        self.lora_a, self.lora_b = (torch.zeros(slots, *shape, device=device, dtype=dtype) for shape in shapes)
+        if self.packed:  # our kernel's per-linear arguments, made once: the stacks are filled in place, never replaced
+            self.kernel_args = (self.lora_a.data_ptr(), self.lora_b.data_ptr(), int(dtype == torch.bfloat16),
+                                scale.data_ptr(), self.part_bounds.data_ptr(), len(self.parts), in_features,
+                                sum(outs))
+
+    def load(self, slot: int, pair: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        """Copies one adapter's A [in, W] and B [W, out] (or zeros: None) into `slot`, packed where our CPU kernel
+        reads them."""
+        if pair is None:
+            self.lora_a[slot].zero_()
+            self.lora_b[slot].zero_()
+            return
+        a, b = (t.to(self.lora_a.dtype) for t in pair)
+        for stack, t in zip((self.lora_a, self.lora_b), cpu_lora.pack(a, b, self.parts) if self.packed else (a, b),
+                            strict=True):
+            stack[slot].copy_(t)
 
     @property
     def kernel(self) -> str:
@@ -52,7 +73,7 @@ class LoRALinear(nn.Module):
         if b is None:
             return y
         if b.kernel is not None:  # CUDA: the Triton kernels; CPU: ours (every run in one call)
-            return b.kernel.add(y, x, self.lora_a, self.lora_b, self.scale, self.part_bounds)
+            return b.kernel.add(y, x, self)
         # torch's path (adapters float32 on CPU): the deltas sum in float32, added to a bf16 output once.
         x = x.to(self.lora_a.dtype)
         acc = y if y.dtype == x.dtype else torch.zeros(y.shape, dtype=x.dtype, device=y.device)
@@ -86,11 +107,5 @@ class Slots:
     def load(self, slot: int, weights) -> None:
         """Copies an AdapterWeights into a slot (zeros where it has no weights)."""
         for key, lin in self.linears.items():
-            pair = weights.tensors.get(key)
-            if pair is None:
-                lin.lora_a[slot].zero_()
-                lin.lora_b[slot].zero_()
-            else:
-                lin.lora_a[slot].copy_(pair[0])
-                lin.lora_b[slot].copy_(pair[1])
+            lin.load(slot, weights.tensors.get(key))
         self.scale[slot] = weights.scale

@@ -1,5 +1,7 @@
 """Fixtures for the engine's unit tests: one tiny engine per module, checked for leaks after each test."""
 
+import os
+
 import pytest
 
 
@@ -54,3 +56,13 @@ def verify_every_draft(eng) -> None:
     timed and no verify step yet (so drafts are unpriced), and no step timed after."""
     eng.speculator.cost.observe(1, 0, 1.0)
     eng.speculator.observe_step = lambda *args: None
+
+
+@pytest.fixture
+def cuda_lora_layout(monkeypatch):
+    """In Triton's interpreter (TRITON_INTERPRET=1) the CUDA path runs on CPU tensors: the LoRA layers keep B as the
+    Triton kernels read it, not packed for our CPU kernel, and an eager CPU forward multiplies in torch."""
+    from floodway.engine.lora import batch
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        monkeypatch.setattr(batch, "CPU_KERNEL", False)

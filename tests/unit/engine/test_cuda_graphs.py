@@ -118,7 +118,7 @@ def test_lora_inputs_group_rows_by_slot_and_pad():
 
 
 @pytest.mark.skipif(not (CUDA or INTERPRETED), reason="needs a CUDA device (or runs in the interpreter's child)")
-def test_decode_graphs_with_adapters_equal_the_eager_forward(tiny_model_path, tmp_path):
+def test_decode_graphs_with_adapters_equal_the_eager_forward(tiny_model_path, tmp_path, cuda_lora_layout):
     """A LoRA engine's decode steps replay too: rows of two adapters of different ranks beside base-model rows give
     the eager forward's logits (on the CPU its gathered bmm, here against the segment kernels over the graph's fixed
     buffers), and the adapters change them; a step of base-model rows alone gives the base model's logits."""

@@ -18,6 +18,7 @@ from floodway.engine.lora.layers import LoRALinear, StepState
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cuda" if torch.cuda.is_available() and not INTERPRETED else "cpu"
 TRITON = "triton is not installed (the CPU engine image leaves it out)"
+pytestmark = pytest.mark.usefixtures("cuda_lora_layout")
 
 if not INTERPRETED and DEVICE == "cpu":
     def test_kernels_in_triton_interpreter():
@@ -59,32 +60,33 @@ def test_rows_grouped_by_slot_from_the_plan():
     assert rows == list(range(3, 23)) + [0, 2, 23, 24] and starts == [0, 20, 22, 22, 24]
     seg = Segments.of(p, "cpu")
     assert (seg.num_slots, seg.most_rows) == (4, 20) and seg.rows.dtype == seg.starts.dtype == torch.int32
-    assert batch.to_device(p, "cpu", torch.ones(4, 1, 1)).kernel is None  # the CPU keeps its gathered bmm
+    assert not isinstance(batch.to_device(p, "cpu", torch.ones(4, 1, 1)).kernel, Segments)  # Triton serves CUDA
 
 
 def _layer(ranks: list[int], dtype: torch.dtype, device, n_in=100, outs=(40, 16, 16), seed=0):
-    """A LoRALinear with one adapter per slot, of ranks[s] on each of q/k/v (0: an empty slot), in slot layout."""
+    """A LoRALinear with one adapter per slot, of ranks[s] on each of q/k/v (0: an empty slot), in slot layout, and
+    its A and B stacks unpacked ([S, in, W], [S, W, out])."""
     gen = torch.Generator().manual_seed(seed)
     max_rank, slots = max(ranks), len(ranks)
     base = torch.nn.Linear(n_in, sum(outs), device=device, dtype=dtype)
     scale = torch.tensor([2.0 / max(r, 1) for r in ranks], device=device).view(slots, 1, 1)
     lin = LoRALinear(base, StepState(), slots, n_in, max_rank, tuple(outs), scale, device, dtype)
+    a = torch.zeros(slots, n_in, len(outs) * max_rank)
+    b = torch.zeros(slots, len(outs) * max_rank, sum(outs))
     for s, r in enumerate(ranks):
-        big_a = torch.zeros(n_in, len(outs) * max_rank)
-        big_b = torch.zeros(len(outs) * max_rank, sum(outs))
         for part, out in enumerate(outs):
             if r:
-                peft_format.place(big_a, big_b, torch.randn(r, n_in, generator=gen) / n_in ** 0.5,
+                peft_format.place(a[s], b[s], torch.randn(r, n_in, generator=gen) / n_in ** 0.5,
                                   torch.randn(out, r, generator=gen), part * max_rank, sum(outs[:part]))
-        lin.lora_a[s].copy_(big_a)
-        lin.lora_b[s].copy_(big_b)
-    return lin
+        lin.load(s, (a[s], b[s]))
+    return lin, a, b
 
 
-def _want(lin, x, slots):
-    """Each row's output in float64: base(x) + x A[s] B[s] scale[s], none for slot -1."""
+def _want(layer, x, slots):
+    """Each row's output in float64: base(x) + x A[s] B[s] scale[s], none for slot -1 (layer: `_layer`'s)."""
+    lin, a, b = layer
     y = lin.base(x).double()
-    a, b, scale = lin.lora_a.double().cpu(), lin.lora_b.double().cpu(), lin.scale.double().cpu()
+    a, b, scale = a.double(), b.double(), lin.scale.double().cpu()
     for t, s in enumerate(slots):
         if s >= 0:
             y[t] += (x[t].double().cpu() @ a[s] @ b[s] * scale[s, 0, 0]).to(y.device)
@@ -109,11 +111,11 @@ class TestKernelCases:
     @pytest.mark.parametrize("slots,ranks", MIXES)
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_cases_match_each_rows_delta(self, slots, ranks, dtype):
-        lin = _layer(ranks, dtype, DEVICE)
+        layer = lin, _, _ = _layer(ranks, dtype, DEVICE)
         x = torch.randn(len(slots), 100, generator=torch.Generator().manual_seed(1)).to(DEVICE, dtype)
         lin.step.batch = _segments(slots, DEVICE)
         got = lin(x).cpu().double()
-        want = _want(lin, x, slots)
+        want = _want(layer, x, slots)
         tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: x A rounded to 2^-8 before B, the output too
         assert (got - want).abs().max().item() <= tol * want.abs().max().item()
         base = lin.base(x).cpu().double()
@@ -123,10 +125,10 @@ class TestKernelCases:
     def test_cases_rows_on_the_wrong_slot_are_caught(self):
         """The reference tells adapters apart: rows run on their neighbour slot's weights miss it by far."""
         slots = [0, 1, 0, 1, -1]
-        lin = _layer([4, 4], torch.float32, DEVICE)
+        layer = lin, _, _ = _layer([4, 4], torch.float32, DEVICE)
         x = torch.randn(len(slots), 100, generator=torch.Generator().manual_seed(2)).to(DEVICE)
         lin.step.batch = _segments([1, 0, 1, 0, -1], DEVICE)
-        got, want = lin(x).cpu().double(), _want(lin, x, slots)
+        got, want = lin(x).cpu().double(), _want(layer, x, slots)
         assert (got - want).abs().max().item() > 0.05 * want.abs().max().item()
 
     def test_cases_engine_generates_the_same_tokens_on_both_paths(self, tiny_model_path, run_to_end, monkeypatch,
@@ -182,12 +184,12 @@ def test_cuda_step_batch_selects_the_kernel_and_equals_the_cpu_path():
 
     slots = [1, -1] + [0] * 37 + [2, 2, -1, 1]
     p = batch.plan(slots)
-    lin = _layer([8, 2, 5], torch.float32, "cuda")
+    lin, _, _ = _layer([8, 2, 5], torch.float32, "cuda")
     assert isinstance(batch.to_device(p, "cuda", lin.scale).kernel, Segments)
     x = torch.randn(len(slots), 100, device="cuda")
     lin.step.batch = batch.to_device(p, "cuda", lin.scale)
     got = lin(x)
-    cpu = _layer([8, 2, 5], torch.float32, "cpu")
+    cpu, _, _ = _layer([8, 2, 5], torch.float32, "cpu")
     cpu.base.load_state_dict(lin.base.state_dict())
     cpu.step.batch = batch.to_device(p, "cpu", cpu.scale)
     torch.testing.assert_close(got.cpu(), cpu(x.cpu()), atol=1e-5, rtol=1e-5)

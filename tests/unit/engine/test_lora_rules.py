@@ -55,42 +55,71 @@ def test_plan_slices_every_run_when_they_are_few_against_the_slots_the_padded_bm
 
 
 @pytest.mark.parametrize("base_dtype", [torch.float32, torch.bfloat16])  # bf16: a bf16 model's
-@pytest.mark.parametrize("outs", [(6,), (3, 2, 1)])  # one linear; three fused parts (as q, k, v)
 @pytest.mark.parametrize("slots", [[2, -1, 0, 0, 2] + [1] * 5 + [-1],  # padded bmm beside a sliced run
                                    [2, -1, 2, 2],  # every run sliced
-                                   [2, -1] + [0] * 11 + [1, -1]])  # a run longer than our kernel's 8-row block
-@pytest.mark.parametrize("size", [1, 24])  # 24: A and B wider than our kernel's 64-column pass, with tails
-def test_plan_rows_compute_each_rows_own_delta(slots, outs, base_dtype, lora_kernel, size):
+                                   [2, -1] + [0] * 11 + [1, -1]])  # a run longer than our kernel's 4-row block
+# (in, rank, part outputs). Our kernel reads A in one stream where W = parts x rank is 16, 32, 48 or 64 and in % 4 is
+# 0, in 64-column panels otherwise; B in 64-column panels with tails: tiny ranks and tails; rank 48 (W 48; W 144 in
+# panels); rank 16 on one, two and three parts; rank 32 on two.
+@pytest.mark.parametrize("geometry", [(8, 2, (6,)), (8, 2, (3, 2, 1)), (192, 48, (144,)), (192, 48, (72, 48, 24)),
+                                      (64, 16, (100,)), (64, 16, (96, 80)), (64, 16, (64, 16, 16)), (36, 32, (40, 24))])
+def test_plan_rows_compute_each_rows_own_delta(slots, geometry, base_dtype, lora_kernel):
     """Our CPU kernel, and torch's padded bmm over slots and sliced runs, equal a per-row loop, whatever the mix (an
-    oracle by definition), B laid out block-diagonal by part as peft_format places it, the adapters in the dtype
-    layers.adapter_dtype gives them (bf16 beside a bf16 model for our kernel, float32 for torch's path). Beside a bf16
-    base the deltas sum in float32 and the output is the bf16 base output plus that sum, rounded once."""
+    oracle by definition), B laid out block-diagonal by part as peft_format places it (and packed by the layer where
+    our kernel serves), the adapters in the dtype layers.adapter_dtype gives them (bf16 beside a bf16 model for our
+    kernel, float32 for torch's path). Beside a bf16 base the deltas sum in float32 and the output is the bf16 base
+    output plus that sum, rounded once; bf16 adapters round x A to bf16 first."""
     from floodway.engine.lora.layers import LoRALinear, StepState, adapter_dtype
 
     torch.manual_seed(0)
-    outs = tuple(o * size for o in outs)
-    base = torch.nn.Linear(8 * size, sum(outs)).to(base_dtype)
+    n_in, rank, outs = geometry
+    base = torch.nn.Linear(n_in, sum(outs)).to(base_dtype)
     step = StepState()
     scale = torch.tensor([0.5, 2.0, 3.0]).view(3, 1, 1)
-    lin = LoRALinear(base, step, 3, 8 * size, 2 * size, outs, scale, "cpu", adapter_dtype("cpu", base_dtype))
+    lin = LoRALinear(base, step, 3, n_in, rank, outs, scale, "cpu", adapter_dtype("cpu", base_dtype))
     assert lin.lora_a.dtype == (torch.bfloat16 if lora_kernel == "ours" and base_dtype == torch.bfloat16
                                 else torch.float32)
-    lin.lora_a.normal_()
+    a = torch.randn(3, n_in, len(outs) * rank).to(lin.lora_a.dtype)
+    b = torch.zeros(3, len(outs) * rank, sum(outs), dtype=lin.lora_a.dtype)
     for r0, r1, c0, c1 in lin.parts:  # each part's own block, zeros elsewhere
-        lin.lora_b[:, r0:r1, c0:c1].normal_()
-    x = torch.randn(len(slots), 8 * size).to(base_dtype)
+        b[:, r0:r1, c0:c1].normal_()
+    for s in range(3):
+        lin.load(s, (a[s], b[s]))
+    x = torch.randn(len(slots), n_in).to(base_dtype)
     run_rows = batch.run_rows("cpu") if lora_kernel == "ours" else 3
     step.batch = batch.to_device(batch.plan(slots, run_rows), "cpu", scale)
     assert (step.batch.kernel is not None) == (lora_kernel == "ours")
     got = lin(x)
     assert got.dtype == base_dtype
-    xf = x.float()
-    a, b = lin.lora_a.float(), lin.lora_b.float()
-    want = torch.stack([(base(x[t]).float() + (0 if s < 0 else xf[t] @ a[s] @ b[s] * scale[s, 0, 0]))
+    xf, a, b = x.float(), a.float(), b.float()
+    # bf16 adapters: x A rounded to bf16 before B, as a bf16 matmul in torch or peft rounds it
+    inner = (lambda t: t.bfloat16().float()) if lin.lora_a.dtype == torch.bfloat16 else (lambda t: t)
+    want = torch.stack([(base(x[t]).float() + (0 if s < 0 else inner(xf[t] @ a[s]) @ b[s] * scale[s, 0, 0]))
                         .to(base_dtype) for t, s in enumerate(slots)])
-    # float32: summation order (deltas of about 100 at size 24); bf16: one bf16 rounding apart at most
+    # float32: summation order (deltas of about 100 at rank 48); bf16: one bf16 rounding apart at most
     torch.testing.assert_close(got, want, **(dict(rtol=1e-5, atol=1e-4) if base_dtype == torch.float32 else
                                              dict(rtol=2 ** -7, atol=1e-3)))
+
+
+@pytest.mark.skipif(not cpu.available(), reason="this CPU has no AVX-512 BF16 (or the kernels are not built)")
+def test_our_kernel_takes_a_plan_with_padded_rows_too():
+    """Where our kernel serves, the layers keep B packed for it alone, so a plan made for torch's padded bmm still
+    reaches the kernel, each padded row a run of its own, and computes each row's delta."""
+    from floodway.engine.lora.layers import LoRALinear, StepState
+
+    torch.manual_seed(0)
+    slots = [1, -1, 1, 0, 0, 0]
+    lin = LoRALinear(torch.nn.Linear(16, 32), StepState(), 2, 16, 4, (32,), torch.ones(2, 1, 1), "cpu",
+                     torch.float32)
+    a, b = torch.randn(2, 16, 4), torch.randn(2, 4, 32)
+    for s in range(2):
+        lin.load(s, (a[s], b[s]))
+    p = batch.plan(slots, run_rows=1)
+    assert p.rows and p.runs  # the 3-row run sliced, slot 1's decodes padded
+    lin.step.batch = batch.to_device(p, "cpu", lin.scale)
+    x = torch.randn(len(slots), 16)
+    want = torch.stack([lin.base(x[t]) + (0 if s < 0 else x[t] @ a[s] @ b[s]) for t, s in enumerate(slots)])
+    torch.testing.assert_close(lin(x), want, rtol=1e-5, atol=1e-5)
 
 
 def test_assign_prefers_empty_slots_then_least_recently_used_not_needed_now():
