@@ -15,7 +15,7 @@ import torch
 from floodway.engine.kernels import cpu, cpu_lora
 
 # On CPU our kernel (kernels/cpu_lora.c) takes every run in one call per linear, so no run is padded (and the layers
-# keep B packed for it alone); torch's calls below serve where it is not available.
+# keep A and B packed for it alone); torch's calls below serve where it is not available.
 CPU_KERNEL = cpu.available()
 RUN_ROWS = 16  # a longer same-slot run is cheaper as its own slice than as padding of every other slot
 # Short runs are all sliced when runs x SLICE_COST < slots read by the padded bmm: on CPU a one-row slice cost about

@@ -1,9 +1,9 @@
 """The LoRA wrapper around any linear of our decoder (float, packed bf16, quantized): y = base(x) + delta(x), where
 row t's delta is x_t @ A[slot_t] @ B[slot_t] * scale[slot_t] and rows of the base model get none.
 
-The slot stacks (A [S, in, P*R], B [S, P*R, out], or where our CPU kernel serves both packed as it reads them; scale
-[S, 1, 1]) are filled by `Slots.load`; the step's rows
-come from the shared `StepState`, set by the runner around each forward (None: the step has no adapter rows).
+The slot stacks (A [S, in, P*R] and B [S, P*R, out], or both packed as our CPU kernel reads them where it serves;
+scale [S, 1, 1]) are filled by `Slots.load`; the step's rows come from the shared `StepState`, set by the runner
+around each forward (None: the step has no adapter rows).
 """
 
 import torch
@@ -43,6 +43,7 @@ class LoRALinear(nn.Module):
             [(in_features, width), (width, sum(outs))]
         self.lora_a, self.lora_b = (torch.zeros(slots, *shape, device=device, dtype=dtype) for shape in shapes)
         if self.packed:  # our kernel's per-linear arguments, made once: the stacks are filled in place, never replaced
+            assert scale.dtype == torch.float32 and scale.is_contiguous()
             self.kernel_args = (self.lora_a.data_ptr(), self.lora_b.data_ptr(), int(dtype == torch.bfloat16),
                                 scale.data_ptr(), self.part_bounds.data_ptr(), len(self.parts), in_features,
                                 sum(outs))
