@@ -36,10 +36,10 @@ static inline AVX512 void store(void* p, size_t i, __m512 v, int bf16, __mmask16
 void int4_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const uint16_t* z, uint16_t* y, int M, int N,
                  int K, int group, int threads, float* sx);
 
-/* y[rows] += each slot's LoRA delta, in place (cpu_lora.c). */
-void lora_add(const void* x, void* y, int bf16, const void* a, const void* b, int wbf16, const float* scale,
-              const int32_t* parts, int num_parts, int in, int out, const int32_t* rows, const int32_t* groups,
-              int num_groups, int threads);
+/* y[rows] += each slot's LoRA delta, in place (cpu_lora.c); a_lanes, b_lanes: one slot's A and B in 32-bit lanes. */
+void lora_add(const void* x, void* y, int bf16, const void* a, const void* b, size_t a_lanes, size_t b_lanes,
+              int wbf16, const float* scale, const int32_t* parts, int num_parts, int in, int out, const int32_t* rows,
+              const int32_t* groups, int num_groups, int threads);
 /* out [T, heads, dim] = each sequence's rows attending over its paged keys and values (cpu_attention.c); seqs: per
  * sequence (first row, rows, context length); strides: the caches' block, position and head strides in elements;
  * scratch: threads * max_ctx floats. */

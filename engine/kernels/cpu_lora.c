@@ -121,17 +121,10 @@ static AVX512 void block(const void* x, void* y, const uint32_t* a, const uint32
     }
 }
 
-AVX512 void lora_add(const void* x, void* y, int bf16, const void* a, const void* b, int wbf16, const float* scale,
-                     const int32_t* parts, int num_parts, int in, int out, const int32_t* rows, const int32_t* groups,
-                     int num_groups, int threads) {
+AVX512 void lora_add(const void* x, void* y, int bf16, const void* a, const void* b, size_t a_lanes, size_t b_lanes,
+                     int wbf16, const float* scale, const int32_t* parts, int num_parts, int in, int out,
+                     const int32_t* rows, const int32_t* groups, int num_groups, int threads) {
     const int width = parts[4 * num_parts - 3];  /* the last part's end row */
-    const size_t a_lanes = (size_t)(wbf16 ? (in + 1) / 2 : in) * width;  /* one slot's A and B */
-    size_t b_lanes = 0;
-    for (int p = 0; p < num_parts; p++) {
-        const int n = parts[4 * p + 1] - parts[4 * p];
-        b_lanes += (size_t)(wbf16 ? (n + 1) / 2 : n) * ((parts[4 * p + 3] - parts[4 * p + 2] + PANEL - 1) / PANEL) *
-                   PANEL;
-    }
     int num_blocks = 0;  /* each slot's rows cut into blocks of up to ROWS: the unit of work */
     for (int i = 0; i < num_groups; i++) num_blocks += (groups[3 * i + 2] - groups[3 * i + 1] + ROWS - 1) / ROWS;
     int32_t* work = malloc(sizeof(int32_t) * 3 * (size_t)(num_blocks + 1));

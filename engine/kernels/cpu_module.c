@@ -33,17 +33,18 @@ static PyObject* py_int4_matmul(PyObject* self, PyObject* args) {
     Py_RETURN_NONE;
 }
 
-/* lora_add(x, y, bf16, a, b, wbf16, scale, parts, num_parts, in, out, rows, groups, num_groups, threads) */
+/* lora_add(x, y, bf16, a, b, a_lanes, b_lanes, wbf16, scale, parts, num_parts, in, out, rows, groups, num_groups,
+ * threads) */
 static PyObject* py_lora_add(PyObject* self, PyObject* args) {
-    unsigned long long x, y, a, b, scale, parts, rows, groups;
+    unsigned long long x, y, a, b, a_lanes, b_lanes, scale, parts, rows, groups;
     int bf16, wbf16, num_parts, in, out, num_groups, threads;
-    if (!PyArg_ParseTuple(args, "KKiKKiKKiiiKKii", &x, &y, &bf16, &a, &b, &wbf16, &scale, &parts, &num_parts, &in, &out,
-                          &rows, &groups, &num_groups, &threads))
+    if (!PyArg_ParseTuple(args, "KKiKKKKiKKiiiKKii", &x, &y, &bf16, &a, &b, &a_lanes, &b_lanes, &wbf16, &scale, &parts,
+                          &num_parts, &in, &out, &rows, &groups, &num_groups, &threads))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    lora_add((const void*)x, (void*)y, bf16, (const void*)a, (const void*)b, wbf16, (const float*)scale,
-             (const int32_t*)parts, num_parts, in, out, (const int32_t*)rows, (const int32_t*)groups, num_groups,
-             threads);
+    lora_add((const void*)x, (void*)y, bf16, (const void*)a, (const void*)b, (size_t)a_lanes, (size_t)b_lanes, wbf16,
+             (const float*)scale, (const int32_t*)parts, num_parts, in, out, (const int32_t*)rows,
+             (const int32_t*)groups, num_groups, threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

@@ -44,7 +44,8 @@ class LoRALinear(nn.Module):
         self.lora_a, self.lora_b = (torch.zeros(slots, *shape, device=device, dtype=dtype) for shape in shapes)
         if self.packed:  # our kernel's per-linear arguments, made once: the stacks are filled in place, never replaced
             assert scale.dtype == torch.float32 and scale.is_contiguous()
-            self.kernel_args = (self.lora_a.data_ptr(), self.lora_b.data_ptr(), int(dtype == torch.bfloat16),
+            lanes = [t.stride(0) * t.element_size() // 4 for t in (self.lora_a, self.lora_b)]  # a slot's, in 32 bits
+            self.kernel_args = (self.lora_a.data_ptr(), self.lora_b.data_ptr(), *lanes, int(dtype == torch.bfloat16),
                                 scale.data_ptr(), self.part_bounds.data_ptr(), len(self.parts), in_features,
                                 sum(outs))
 

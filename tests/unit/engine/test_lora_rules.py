@@ -58,11 +58,13 @@ def test_plan_slices_every_run_when_they_are_few_against_the_slots_the_padded_bm
 @pytest.mark.parametrize("slots", [[2, -1, 0, 0, 2] + [1] * 5 + [-1],  # padded bmm beside a sliced run
                                    [2, -1, 2, 2],  # every run sliced
                                    [2, -1] + [0] * 11 + [1, -1]])  # a run longer than our kernel's 4-row block
-# (in, rank, part outputs). Our kernel reads A in one stream where W = parts x rank is 16, 32, 48 or 64 and in % 4 is
-# 0, in 64-column panels otherwise; B in 64-column panels with tails: tiny ranks and tails; rank 48 (W 48; W 144 in
-# panels); rank 16 on one, two and three parts; rank 32 on two.
-@pytest.mark.parametrize("geometry", [(8, 2, (6,)), (8, 2, (3, 2, 1)), (192, 48, (144,)), (192, 48, (72, 48, 24)),
-                                      (64, 16, (100,)), (64, 16, (96, 80)), (64, 16, (64, 16, 16)), (36, 32, (40, 24))])
+# (in, rank, part outputs). Our kernel reads A in one stream where W = parts x rank is at most 64, in 64-lane panels
+# past that, passes of 16 or 32 lanes split over rows; B in 64-column panels with tails: tiny ranks and tails, odd
+# inputs and ranks (a bf16 pair padded with a zero); rank 48 (W 48; W 144 in panels); rank 16 on one, two and three
+# parts; rank 32 on two.
+@pytest.mark.parametrize("geometry", [(8, 2, (6,)), (8, 2, (3, 2, 1)), (35, 3, (20, 12)), (192, 48, (144,)),
+                                      (192, 48, (72, 48, 24)), (64, 16, (100,)), (64, 16, (96, 80)),
+                                      (64, 16, (64, 16, 16)), (36, 32, (40, 24))])
 def test_plan_rows_compute_each_rows_own_delta(slots, geometry, base_dtype, lora_kernel):
     """Our CPU kernel, and torch's padded bmm over slots and sliced runs, equal a per-row loop, whatever the mix (an
     oracle by definition), B laid out block-diagonal by part as peft_format places it (and packed by the layer where
@@ -103,7 +105,7 @@ def test_plan_rows_compute_each_rows_own_delta(slots, geometry, base_dtype, lora
 
 @pytest.mark.skipif(not cpu.available(), reason="this CPU has no AVX-512 BF16 (or the kernels are not built)")
 def test_our_kernel_takes_a_plan_with_padded_rows_too():
-    """Where our kernel serves, the layers keep B packed for it alone, so a plan made for torch's padded bmm still
+    """Where our kernel serves, the layers keep A and B packed for it alone, so a plan made for torch's padded bmm still
     reaches the kernel, each padded row a run of its own, and computes each row's delta."""
     from floodway.engine.lora.layers import LoRALinear, StepState
 
