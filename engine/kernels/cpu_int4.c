@@ -8,16 +8,18 @@
  * lanes and a mask or a shift give the bf16 pairs (k, k+1) and (k+2, k+3) of the 16 columns. A code becomes a bf16
  * number by or-ing in 0x4300: the bits of 128 + q, exact. The sum over a group is then S = sum x (128 + q), and
  * y += d (S - 136 sum x) + z sum x, with the groups' sums of x taken once per call.
- * Rows go in blocks of 8 (16 accumulators in registers), each block over a tile's codes while they sit in L1. Up to
- * SPLIT rows, a row's two products of a step go to two accumulators: one chain waits on vdpbf16ps's latency, and a
- * row alone then reads its codes at the memory's pace. From 5 rows the dot products' throughput bounds it either way
- * (docs/benchmarks/2026-12-07-cpu-kernels.md). */
+ * Rows go in blocks of 8 (24 accumulators in registers), each block over a tile's codes while they sit in L1. A row's
+ * two products of a step go to two accumulators, whatever the block's size: one chain waits on vdpbf16ps's latency,
+ * and the sums, so a row's result, do not depend on how many rows a call has (a verify step's logits are a decode
+ * step's). The codes are read one stream, prefetched AHEAD: the hardware's own prefetch alone read the model's codes
+ * at about half the memory's pace (docs/benchmarks/2026-12-07-cpu-kernels.md, 2026-12-07-int4-prefetch.md). */
 #include "cpu.h"
 
 #if HAVE_KERNELS
 #define TILE 16
 #define ROWS 8
-#define SPLIT 4
+#define AHEAD 8192   /* bytes of codes prefetched ahead (best measured of 1 to 16 KB; the next tiles' codes follow) */
+#define AHEAD_TILES 2 /* tiles whose scales and zeros are prefetched ahead */
 
 /* One tile of 16 columns for `nr` (<= ROWS) rows; inlined for each constant nr so the loops over rows unroll. */
 static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x, const float* sx, const uint8_t* w,
@@ -33,6 +35,7 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
 #pragma GCC unroll 8
         for (int r = 0; r < ROWS; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
         for (int k = g * group; k < (g + 1) * group; k += 4) {
+            if (!(k & 4)) _mm_prefetch((const char*)(w + (size_t)k * 8 + AHEAD), _MM_HINT_T0); /* once a line */
             __m512i z = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(w + (size_t)k * 8)));
             __m512bh lo = (__m512bh)_mm512_ternarylogic_epi32(z, low, bias, 0xEA); /* (z & low) | bias */
             __m512bh hi = (__m512bh)_mm512_or_si512(_mm512_srli_epi16(z, 4), bias);
@@ -40,15 +43,11 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
             for (int r = 0; r < nr; r++) {
                 const int32_t* xr = (const int32_t*)(x + (size_t)r * K + k);
                 acc[r] = _mm512_dpbf16_ps(acc[r], lo, (__m512bh)_mm512_set1_epi32(xr[0]));
-                if (nr <= SPLIT)
-                    acc2[r] = _mm512_dpbf16_ps(acc2[r], hi, (__m512bh)_mm512_set1_epi32(xr[1]));
-                else
-                    acc[r] = _mm512_dpbf16_ps(acc[r], hi, (__m512bh)_mm512_set1_epi32(xr[1]));
+                acc2[r] = _mm512_dpbf16_ps(acc2[r], hi, (__m512bh)_mm512_set1_epi32(xr[1]));
             }
         }
-        if (nr <= SPLIT)
 #pragma GCC unroll 8
-            for (int r = 0; r < nr; r++) acc[r] = _mm512_add_ps(acc[r], acc2[r]);
+        for (int r = 0; r < nr; r++) acc[r] = _mm512_add_ps(acc[r], acc2[r]);
         const __m512 dg = widen_bf16(_mm256_loadu_si256((const __m256i*)(d + g * TILE))),
                      zg = widen_bf16(_mm256_loadu_si256((const __m256i*)(z + g * TILE)));
 #pragma GCC unroll 8
@@ -82,6 +81,10 @@ AVX512 void int4_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, 
     for (int t = 0; t < tiles; t++) {
         const uint8_t* wt = w + (size_t)t * K * 8;
         const uint16_t *dt = d + (size_t)t * groups * TILE, *zt = z + (size_t)t * groups * TILE;
+        for (int i = 0; i < groups * TILE * 2; i += 64) {
+            _mm_prefetch((const char*)dt + AHEAD_TILES * groups * TILE * 2 + i, _MM_HINT_T0);
+            _mm_prefetch((const char*)zt + AHEAD_TILES * groups * TILE * 2 + i, _MM_HINT_T0);
+        }
         for (int r0 = 0; r0 < M; r0 += ROWS) {
             const uint16_t* xr = x + (size_t)r0 * K;
             const float* sr = sx + (size_t)r0 * groups;

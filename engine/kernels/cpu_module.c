@@ -18,11 +18,11 @@ static PyObject* supported(PyObject* self, PyObject* args) {
 }
 
 #if HAVE_KERNELS
-/* int4_matmul(x, w, d, z, y, M, N, K, group, threads) */
+/* int4_matmul(x, y, M, threads, w, d, z, N, K, group): the call's own arguments, then the weight's (`cpu_int4.args`). */
 static PyObject* py_int4_matmul(PyObject* self, PyObject* args) {
-    unsigned long long x, w, d, z, y;
-    int M, N, K, group, threads;
-    if (!PyArg_ParseTuple(args, "KKKKKiiiii", &x, &w, &d, &z, &y, &M, &N, &K, &group, &threads)) return NULL;
+    unsigned long long x, y, w, d, z;
+    int M, threads, N, K, group;
+    if (!PyArg_ParseTuple(args, "KKiiKKKiii", &x, &y, &M, &threads, &w, &d, &z, &N, &K, &group)) return NULL;
     float* sx = malloc(sizeof(float) * ((size_t)M * (K / group) + 1));
     if (!sx) return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS

@@ -142,6 +142,7 @@ class CpuLinear(nn.Module):
         if self.ours:
             self.ROW_TILE = 1
             self.packed, self.scales, self.zeros = cpu_int4.pack(codes, scales, zeros)
+            self.kernel_args = cpu_int4.args(self.packed, self.scales, self.zeros, self.out_features)
         else:
             self.ROW_TILE = 4
             self.packed = torch.cat([torch.ops.aten._convert_weight_to_int4pack_for_cpu(rows.to(torch.int32)
@@ -157,7 +158,7 @@ class CpuLinear(nn.Module):
         x = _inputs(x, self.perm, self.spread)
         if self.bits == 8:
             x = torch.cat([x, x], -1)
-        y = cpu_int4.matmul(x, self.packed, self.scales, self.zeros, self.out_features) if self.ours else \
+        y = cpu_int4.matmul(x, self.kernel_args) if self.ours else \
             torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
         return y if self.bias is None else y + self.bias
 

@@ -7,7 +7,10 @@ only, Q8_0 re-rounds them to 8 bits (steps of absmax/127 per 32 weights) and Q4_
 the head kept at Q8_0, as llama-quantize keeps it above 4 bits). Measured: bf16 compute alone 0.0008 nats, Q4_1
 0.0010, Q8_0 0.0021, Q4_0 0.28 (perplexity x1.19: a 135M model re-rounded to 4 bits). A 4-bit step is 16x an 8-bit
 one, ~256x the squared error, and 256 x Q8_0's weight part (0.0013) predicts Q4_0's 0.3: the bounds follow that
-ladder with headroom. An injected loader error must break the shipped Q4_1's bound.
+ladder with headroom. Perplexity bounds are one-sided (a loss raises it) and no tighter than 2% above 1: over the
+held text's 155 predictions, bf16 rounding alone moves it about 0.5% (Q8_0's went from x0.9932 to x0.9868 when the
+int4 kernel's summation order changed, its KL 0.0021 both times). An injected loader error must break the shipped
+Q4_1's bound.
 
 K-quant files are llama-quantize's own, made from the F32 form of those weights: their matrices in rows of 576 are
 not whole 256-element super-blocks, so it writes them as Q5_0 (Q4_K_M), Q5_1 (Q5_K_M) or Q8_0 (Q6_K), and only
@@ -25,8 +28,8 @@ from floodway.engine.models.smollm2 import NAME
 from floodway.engine.quant import gguf_weights, weights
 
 CHATS = quality.CHATS[:1]  # "What is the capital of France?"
-# format -> (max mean KL in nats, max |ppl / fp32 - 1|)
-BOUNDS = {"Q4_1": (0.005, 0.01), "Q8_0": (0.01, 0.01), "Q4_0": (0.5, 0.3), "Q6_K": (0.02, 0.05),
+# format -> (max mean KL in nats, max ppl / fp32 - 1)
+BOUNDS = {"Q4_1": (0.005, 0.02), "Q8_0": (0.01, 0.02), "Q4_0": (0.5, 0.3), "Q6_K": (0.02, 0.05),
           "Q4_K_M": (0.15, 0.3), "Q5_K_M": (0.15, 0.3)}
 
 
@@ -49,7 +52,7 @@ def test_format_loss_stays_within_its_bits(reference, kind, capsys):
     with capsys.disabled():
         print(f"\n{kind}: mean KL {c['kl']:.5f} nats, perplexity x{ppl_ratio:.4f}, answer {got['texts'][0]!r}")
     kl_bound, ppl_bound = BOUNDS[kind]
-    assert c["kl"] < kl_bound and abs(ppl_ratio - 1) < ppl_bound
+    assert c["kl"] < kl_bound and ppl_ratio - 1 < ppl_bound
     if kind == "Q4_1":  # the default's demo answer (bf16 compute alone moves other formats' greedy paths)
         assert "Paris" in got["texts"][0]
 

