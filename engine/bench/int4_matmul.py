@@ -1,14 +1,19 @@
 """The CPU int4 matmul, ours (kernels/cpu_int4.c) against torch's packed one, side by side in one process.
 
     python3 -P -m floodway.engine.bench.int4_matmul [--threads 1] [--repeat 200] [--rows 1,2,4,5,8,16,64,512]
+        [--model-step]
 
 Each row times one `quant.linear.CpuLinear` call (activations bf16, as served) at a SmolLM2 shape: its Q4_1 layer
 linears and its Q8_0 tied head (int8 as two nibble planes), round-to-nearest codes of a random weight, both
 kernels in alternating rounds (the best of three), and prints microseconds, torch / ours, and each kernel's largest
-error against x @ w.T of the dequantized weight in float32, relative to the largest output.
+error against x @ w.T of the dequantized weight in float32, relative to the largest output. One weight called again
+and again sits in the caches; --model-step also times the 120 layer linears of SmolLM2's 30 layers called in turn,
+as a decode step calls them, whose 66 MB of codes come from memory each time (the median of 30 passes a round).
 """
 
 import argparse
+import statistics
+import time
 
 import torch
 from floodway.engine.bench.gpu_check_speed import seconds_per_call
@@ -39,11 +44,40 @@ def compare(out_f: int, in_f: int, bits: int, rows: int, repeat: int, rounds: in
     return {**best, **{f"err {name}": e for name, e in err.items()}}
 
 
+def model_step(rows: int, rounds: int = 3, passes: int = 30) -> dict:
+    """Seconds of one pass over SmolLM2's layer linears (fresh weights each) at `rows`, per kernel, and the bytes of
+    our kernel's codes, scales and zeros."""
+    shipped, lins = linear.CPU_INT4, {"ours": [], "torch": []}
+    try:
+        for _ in range(30):
+            for out_f, in_f, _bits in list(SHAPES.values())[:4]:
+                qw = weights.rtn(torch.randn(out_f, in_f), 4)
+                for name, kept in lins.items():
+                    linear.CPU_INT4 = name
+                    kept.append(linear.make(qw, None, CPU, torch.bfloat16))
+    finally:
+        linear.CPU_INT4 = shipped
+    xs = {k: torch.randn(rows, k).to(torch.bfloat16) for k in (576, 1536)}
+    best = {}
+    for _ in range(rounds):
+        for name, kept in lins.items():
+            times = []
+            for _ in range(passes):
+                start = time.perf_counter()
+                for lin in kept:
+                    lin(xs[lin.in_features])
+                times.append(time.perf_counter() - start)
+            best[name] = min(best.get(name, float("inf")), statistics.median(times))
+    nbytes = sum(t.numel() * t.element_size() for lin in lins["ours"] for t in (lin.packed, lin.scales, lin.zeros))
+    return {**best, "bytes": nbytes}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     ap.add_argument("--repeat", type=int, default=200, help="calls per timing at one row (fewer for more rows)")
     ap.add_argument("--rows", default="1,2,4,5,8,16,64,512", help="comma list of row counts")
+    ap.add_argument("--model-step", action="store_true", help="also time SmolLM2's 120 layer linears in turn")
     args = ap.parse_args(argv)
     if not cpu.available():
         print("our kernel is not available here (no AVX-512 BF16, or not built): nothing to compare")
@@ -59,6 +93,14 @@ def main(argv=None) -> int:
             r = compare(out_f, in_f, bits, rows, repeat)
             print(f"| {slot} | {out_f} x {in_f} | {rows} | {r['torch'] * 1e6:.1f} | {r['ours'] * 1e6:.1f} | "
                   f"{r['torch'] / r['ours']:.2f}x | {r['err torch']:.1e} | {r['err ours']:.1e} |")
+    if args.model_step:
+        print("\nSmolLM2's 120 layer linears called in turn (their codes read from memory)")
+        print("| rows | torch ms | ours ms | torch / ours | ours GB/s |")
+        print("|---|---|---|---|---|")
+        for rows in map(int, args.rows.split(",")):
+            r = model_step(rows)
+            print(f"| {rows} | {r['torch'] * 1e3:.2f} | {r['ours'] * 1e3:.2f} | {r['torch'] / r['ours']:.2f}x | "
+                  f"{r['bytes'] / r['ours'] / 1e9:.1f} |")
     return 0
 
 

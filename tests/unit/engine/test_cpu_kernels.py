@@ -128,3 +128,17 @@ def test_attention_bench_prints_every_row_and_both_paths_agree(capsys):
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| float32")]
     assert len(rows) == len(bench.CASES)
     assert all(float(r[-1]) <= 1e-4 for r in rows), rows
+
+
+def test_int4_bench_prints_each_shape_and_the_model_step(capsys):
+    """`python -P -m floodway.engine.bench.int4_matmul --model-step` cannot rot: a row per shape with both kernels'
+    errors at bf16's scale, and the model step over SmolLM2's 66 MB of layer codes."""
+    from floodway.engine.bench import int4_matmul as bench
+
+    assert bench.main(["--rows", "1", "--repeat", "2", "--model-step"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shapes = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and " x " in line][1:]  # no header
+    assert len(shapes) == len(bench.SHAPES) and all(float(r[-1]) < 2 ** -6 for r in shapes), shapes
+    step = [line.split("|")[1:-1] for line in lines if line.startswith("| 1 |")]
+    ms, gb_per_s = float(step[0][2]), float(step[0][4])
+    assert len(step) == 1 and 60 < ms * gb_per_s < 72  # MB of codes, scales and zeros a pass reads
