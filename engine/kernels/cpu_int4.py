@@ -1,6 +1,6 @@
 """Our CPU int4 matmul (cpu_int4.c, built by setup.py where a C compiler is): y = x @ w.T in bfloat16 with
 w = (codes - 8) * scale + zero per group of input columns, codes 0..15 (torch's int4 form), on AVX-512 BF16. Its rows
-cost each their own (torch's kernel works in blocks of 4), and it ran 1.3-2.4x torch's packed int4 kernel at
+cost each their own (torch's kernel works in blocks of 4), and it ran 1.4-2.9x torch's packed int4 kernel at
 SmolLM2's shapes, 1.9-2.2x over a step's linears read from memory (`python -P -m floodway.engine.bench.int4_matmul
 --model-step`)."""
 
