@@ -140,5 +140,4 @@ def test_int4_bench_prints_each_shape_and_the_model_step(capsys):
     shapes = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and " x " in line][1:]  # no header
     assert len(shapes) == len(bench.SHAPES) and all(float(r[-1]) < 2 ** -6 for r in shapes), shapes
     step = [line.split("|")[1:-1] for line in lines if line.startswith("| 1 |")]
-    ms, gb_per_s = float(step[0][2]), float(step[0][4])
-    assert len(step) == 1 and 60 < ms * gb_per_s < 72  # MB of codes, scales and zeros a pass reads
+    assert len(step) == 1 and 60 < float(step[0][4]) < 72  # MB of codes, scales and zeros a pass reads
