@@ -35,6 +35,8 @@ def args(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, n: int
 def matmul(x: torch.Tensor, weight: tuple) -> torch.Tensor:
     """x [..., K] bf16 -> [..., n] bf16 for the weight's `args`."""
     n, k = weight[3], weight[4]
+    if x.shape[-1] != k:  # the kernel reads K numbers a row by address
+        raise ValueError(f"int4 matmul of {x.shape[-1]} input columns with a weight of {k}")
     # A decode's [rows, K] bf16 input goes as it is: a call costs about 2 us of Python beside the kernel's 10-30.
     x2 = x if x.dim() == 2 and x.dtype == torch.bfloat16 and x.is_contiguous() else \
         x.reshape(-1, k).to(torch.bfloat16).contiguous()

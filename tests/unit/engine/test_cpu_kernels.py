@@ -55,6 +55,8 @@ def test_leading_dims_and_no_rows():
     assert y.shape == (2, 3, 32) and torch.allclose(y.float(), x.float() @ w.T, rtol=2e-2, atol=1e-2)
     assert cpu_int4.matmul(x[:0], weight).shape == (0, 3, 32)
     assert torch.equal(cpu_int4.matmul(x.float()[0], weight), y[0])  # float32 rows are rounded to bf16 first
+    with pytest.raises(ValueError, match="32 input columns with a weight of 64"):
+        cpu_int4.matmul(x[..., :32], weight)
 
 
 def test_a_misplaced_nibble_fails_the_comparison():
