@@ -23,6 +23,7 @@ from floodway.engine.quant import linear, weights
 CPU = torch.device("cpu")
 SHAPES = {"qkv": (960, 576, 4), "o_proj": (576, 576, 4), "gate_up": (3072, 576, 4), "down_proj": (576, 1536, 4),
           "lm_head (Q8_0)": (49152, 576, 8)}  # out, in, bits
+LAYERS = 30  # SmolLM2's decoder layers, each with the four 4-bit linears above
 
 
 def compare(out_f: int, in_f: int, bits: int, rows: int, repeat: int, rounds: int = 3) -> dict:
@@ -47,17 +48,18 @@ def compare(out_f: int, in_f: int, bits: int, rows: int, repeat: int, rounds: in
 def model_step(rows: int, rounds: int = 3, passes: int = 30) -> dict:
     """Seconds of one pass over SmolLM2's layer linears (fresh weights each) at `rows`, per kernel, and the bytes of
     our kernel's codes, scales and zeros."""
+    layer_shapes = [(out_f, in_f) for out_f, in_f, bits in SHAPES.values() if bits == 4]  # not the Q8_0 head
     shipped, lins = linear.CPU_INT4, {"ours": [], "torch": []}
     try:
-        for _ in range(30):
-            for out_f, in_f, _bits in list(SHAPES.values())[:4]:
+        for _ in range(LAYERS):
+            for out_f, in_f in layer_shapes:
                 qw = weights.rtn(torch.randn(out_f, in_f), 4)
                 for name, kept in lins.items():
                     linear.CPU_INT4 = name
                     kept.append(linear.make(qw, None, CPU, torch.bfloat16))
     finally:
         linear.CPU_INT4 = shipped
-    xs = {k: torch.randn(rows, k).to(torch.bfloat16) for k in (576, 1536)}
+    xs = {in_f: torch.randn(rows, in_f).to(torch.bfloat16) for _, in_f in layer_shapes}
     best = {}
     for _ in range(rounds):
         for name, kept in lins.items():

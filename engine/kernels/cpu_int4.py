@@ -4,6 +4,8 @@ cost each their own (torch's kernel works in blocks of 4), and it ran 1.4-2.9x t
 SmolLM2's shapes, 1.9-2.2x over a step's linears read from memory (`python -P -m floodway.engine.bench.int4_matmul
 --model-step`)."""
 
+from typing import NamedTuple
+
 import torch
 from floodway.engine.kernels import cpu
 
@@ -26,15 +28,25 @@ def pack(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> tupl
     return packed, per_tile(scales), per_tile(zeros)
 
 
-def args(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, n: int) -> tuple:
+class Args(NamedTuple):
+    """A weight's arguments to the kernel, in its order (cpu_module.c): addresses of `pack`'s tensors, then sizes."""
+    codes: int
+    scales: int
+    zeros: int
+    n: int
+    k: int
+    group: int
+
+
+def args(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, n: int) -> Args:
     """The kernel's arguments for `pack`'s tensors of an [n, K] weight, made once (the caller keeps the tensors)."""
     k = packed.shape[1] * 4
-    return packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), n, k, k // scales.shape[1]
+    return Args(packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), n, k, k // scales.shape[1])
 
 
-def matmul(x: torch.Tensor, weight: tuple) -> torch.Tensor:
+def matmul(x: torch.Tensor, weight: Args) -> torch.Tensor:
     """x [..., K] bf16 -> [..., n] bf16 for the weight's `args`."""
-    n, k = weight[3], weight[4]
+    n, k = weight.n, weight.k
     if x.shape[-1] != k:  # the kernel reads K numbers a row by address
         raise ValueError(f"int4 matmul of {x.shape[-1]} input columns with a weight of {k}")
     # A decode's [rows, K] bf16 input goes as it is: a call costs about 2 us of Python beside the kernel's 10-30.
