@@ -1,14 +1,16 @@
-"""The CPU int4 matmul, ours (kernels/cpu_int4.c) against torch's packed one, side by side in one process.
+"""The CPU quantized matmul, ours (kernels/cpu_quant_matmul.c) against torch's packed int4 one, side by side in one
+process.
 
     python3 -P -m floodway.engine.bench.int4_matmul [--threads 1] [--repeat 200] [--rows 1,2,4,5,8,16,64,512]
         [--model-step]
 
 Each row times one `quant.linear.CpuLinear` call (activations bf16, as served) at a SmolLM2 shape: its Q4_1 layer
-linears and its Q8_0 tied head (int8 as two nibble planes), round-to-nearest codes of a random weight, both
-kernels in alternating rounds (the best of three), and prints microseconds, torch / ours, and each kernel's largest
-error against x @ w.T of the dequantized weight in float32, relative to the largest output. One weight called again
-and again sits in the caches; --model-step also times the 120 layer linears of SmolLM2's 30 layers called in turn,
-as a decode step calls them, whose 66 MB of codes come from memory each time (the median of 30 passes a round).
+linears and its Q8_0 tied head (8-bit codes: ours whole, torch's as two nibble planes), round-to-nearest codes of a
+random weight, both kernels in alternating rounds (the best of three), and prints microseconds, torch / ours, and each
+kernel's largest error against x @ w.T of the dequantized weight in float32, relative to the largest output. One
+weight called again and again sits in the caches; --model-step also times the 120 layer linears of SmolLM2's 30
+layers called in turn, as a decode step calls them, at 4 bits (66 MB of codes, scales and zeros: the shipped Q4_1)
+and 8 (the Q8_0 file's), which come from memory each time (the median of 30 passes a round).
 """
 
 import argparse
@@ -45,15 +47,15 @@ def compare(out_f: int, in_f: int, bits: int, rows: int, repeat: int, rounds: in
     return {**best, **{f"err {name}": e for name, e in err.items()}}
 
 
-def model_step(rows: int, rounds: int = 3, passes: int = 30) -> dict:
-    """Seconds of one pass over SmolLM2's layer linears (fresh weights each) at `rows`, per kernel, and the bytes of
-    our kernel's codes, scales and zeros."""
+def model_step(rows: int, bits: int, rounds: int = 3, passes: int = 30) -> dict:
+    """Seconds of one pass over SmolLM2's layer linears (fresh `bits` weights each) at `rows`, per kernel, and the
+    bytes of our kernel's codes, scales and zeros."""
     layer_shapes = [(out_f, in_f) for out_f, in_f, bits in SHAPES.values() if bits == 4]  # not the Q8_0 head
     shipped, lins = linear.CPU_INT4, {"ours": [], "torch": []}
     try:
         for _ in range(LAYERS):
             for out_f, in_f in layer_shapes:
-                qw = weights.rtn(torch.randn(out_f, in_f), 4)
+                qw = weights.rtn(torch.randn(out_f, in_f), bits)
                 for name, kept in lins.items():
                     linear.CPU_INT4 = name
                     kept.append(linear.make(qw, None, CPU, torch.bfloat16))
@@ -70,7 +72,8 @@ def model_step(rows: int, rounds: int = 3, passes: int = 30) -> dict:
                     lin(xs[lin.in_features])
                 times.append(time.perf_counter() - start)
             best[name] = min(best.get(name, float("inf")), statistics.median(times))
-    nbytes = sum(t.numel() * t.element_size() for lin in lins["ours"] for t in (lin.packed, lin.scales, lin.zeros))
+    nbytes = sum(t.numel() * t.element_size() for lin in lins["ours"] for t in (lin.packed, lin.scales, lin.zeros)
+                 if t is not lin.zeros or lin.kernel_args.zeros)  # symmetric 8-bit codes' zeros are not read
     return {**best, "bytes": nbytes}
 
 
@@ -86,7 +89,7 @@ def main(argv=None) -> int:
         return 1
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"CPU int4 matmul, bf16 activations, {torch.get_num_threads()} thread(s)")
+    print(f"CPU quantized matmul, bf16 activations, {torch.get_num_threads()} thread(s)")
     print("| linear | out x in | rows | torch us | ours us | torch / ours | error torch | error ours |")
     print("|---|---|---|---|---|---|---|---|")
     for slot, (out_f, in_f, bits) in SHAPES.items():
@@ -97,12 +100,13 @@ def main(argv=None) -> int:
                   f"{r['torch'] / r['ours']:.2f}x | {r['err torch']:.1e} | {r['err ours']:.1e} |")
     if args.model_step:
         print("\nSmolLM2's 120 layer linears called in turn (their codes read from memory)")
-        print("| rows | torch ms | ours ms | torch / ours | ours MB a pass | ours GB/s |")
-        print("|---|---|---|---|---|---|")
-        for rows in map(int, args.rows.split(",")):
-            r = model_step(rows)
-            print(f"| {rows} | {r['torch'] * 1e3:.2f} | {r['ours'] * 1e3:.2f} | {r['torch'] / r['ours']:.2f}x | "
-                  f"{r['bytes'] / 1e6:.1f} | {r['bytes'] / r['ours'] / 1e9:.1f} |")
+        print("| bits | rows | torch ms | ours ms | torch / ours | ours MB a pass | ours GB/s |")
+        print("|---|---|---|---|---|---|---|")
+        for bits in (4, 8):
+            for rows in map(int, args.rows.split(",")):
+                r = model_step(rows, bits)
+                print(f"| {bits} | {rows} | {r['torch'] * 1e3:.2f} | {r['ours'] * 1e3:.2f} | "
+                      f"{r['torch'] / r['ours']:.2f}x | {r['bytes'] / 1e6:.1f} | {r['bytes'] / r['ours'] / 1e9:.1f} |")
     return 0
 
 

@@ -32,9 +32,13 @@ static inline AVX512 void store(void* p, size_t i, __m512 v, int bf16, __mmask16
         _mm512_mask_storeu_ps((float*)p + i, m, v);
 }
 
-/* y [M, N] bf16 = x [M, K] bf16 @ w.T for packed int4 w (cpu_int4.c); sx: M * (K / group) floats of scratch. */
-void int4_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const uint16_t* z, uint16_t* y, int M, int N,
-                 int K, int group, int threads, float* sx);
+/* y [M, N] bf16 = x [M, K] bf16 @ w.T for packed 4- or 8-bit w (cpu_quant_matmul.c); z NULL: no zeros (8 bits);
+ * sx: M * (K / group) floats of scratch. */
+void quant_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const uint16_t* z, uint16_t* y, int M, int N,
+                  int K, int group, int bits, int threads, float* sx);
+
+/* y [M, N] bf16 = RMSNorm of x [M, N] bf16 with weight w [N] bf16, torch's bits (cpu_norm.c); N a multiple of 32. */
+void rms_norm(const uint16_t* x, const uint16_t* w, uint16_t* y, int M, int N, float eps);
 
 /* y[rows] += each slot's LoRA delta, in place (cpu_lora.c); a_lanes, b_lanes: one slot's A and B in 32-bit lanes. */
 void lora_add(const void* x, void* y, int bf16, const void* a, const void* b, size_t a_lanes, size_t b_lanes,

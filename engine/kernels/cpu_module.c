@@ -1,5 +1,6 @@
-/* floodway.engine.kernels._cpu: our CPU kernels for Python (cpu_int4.py, cpu_lora.py, cpu_attention.py). Arguments
- * are the addresses of contiguous tensors the callers checked, and sizes; the GIL is released while a kernel runs. */
+/* floodway.engine.kernels._cpu: our CPU kernels for Python (cpu_quant_matmul.py, cpu_norm.py, cpu_lora.py,
+ * cpu_attention.py). Arguments are the addresses of contiguous tensors the callers checked, and sizes; the GIL is
+ * released while a kernel runs, except RMSNorm's, which takes less time than that would. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
@@ -18,18 +19,29 @@ static PyObject* supported(PyObject* self, PyObject* args) {
 }
 
 #if HAVE_KERNELS
-/* int4_matmul(x, y, M, threads, w, d, z, N, K, group): the call's own arguments, then the weight's (`cpu_int4.args`). */
-static PyObject* py_int4_matmul(PyObject* self, PyObject* args) {
+/* quant_matmul(x, y, M, threads, w, d, z, N, K, group, bits): the call's own arguments, then the weight's
+ * (`cpu_quant_matmul.Args`; z 0: no zeros). */
+static PyObject* py_quant_matmul(PyObject* self, PyObject* args) {
     unsigned long long x, y, w, d, z;
-    int M, threads, N, K, group;
-    if (!PyArg_ParseTuple(args, "KKiiKKKiii", &x, &y, &M, &threads, &w, &d, &z, &N, &K, &group)) return NULL;
+    int M, threads, N, K, group, bits;
+    if (!PyArg_ParseTuple(args, "KKiiKKKiiii", &x, &y, &M, &threads, &w, &d, &z, &N, &K, &group, &bits)) return NULL;
     float* sx = malloc(sizeof(float) * ((size_t)M * (K / group) + 1));
     if (!sx) return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS
-    int4_matmul((const uint16_t*)x, (const uint8_t*)w, (const uint16_t*)d, (const uint16_t*)z, (uint16_t*)y, M, N, K,
-                group, threads, sx);
+    quant_matmul((const uint16_t*)x, (const uint8_t*)w, (const uint16_t*)d, (const uint16_t*)z, (uint16_t*)y, M, N, K,
+                 group, bits, threads, sx);
     Py_END_ALLOW_THREADS
     free(sx);
+    Py_RETURN_NONE;
+}
+
+/* rms_norm(x, w, y, M, N, eps) */
+static PyObject* py_rms_norm(PyObject* self, PyObject* args) {
+    unsigned long long x, w, y;
+    int M, N;
+    float eps;
+    if (!PyArg_ParseTuple(args, "KKKiif", &x, &w, &y, &M, &N, &eps)) return NULL;
+    rms_norm((const uint16_t*)x, (const uint16_t*)w, (uint16_t*)y, M, N, eps);
     Py_RETURN_NONE;
 }
 
@@ -77,7 +89,8 @@ static PyObject* py_paged_attention(PyObject* self, PyObject* args) {
 static PyMethodDef methods[] = {
     {"supported", supported, METH_NOARGS, "whether this CPU runs the kernels"},
 #if HAVE_KERNELS
-    {"int4_matmul", py_int4_matmul, METH_VARARGS, "y = x @ w.T for packed int4 w"},
+    {"quant_matmul", py_quant_matmul, METH_VARARGS, "y = x @ w.T for packed 4- or 8-bit w"},
+    {"rms_norm", py_rms_norm, METH_VARARGS, "RMSNorm of bf16 rows, torch's bits"},
     {"lora_add", py_lora_add, METH_VARARGS, "y[rows] += each slot's LoRA delta"},
     {"paged_attention", py_paged_attention, METH_VARARGS, "few query rows a sequence over paged K/V"},
 #endif

@@ -2,12 +2,11 @@
 layer than transformers' modules do, so it pays less per-call overhead.
 
 Built from transformers' loaded model, taking over its weights: q/k/v merged into one linear and gate/up into one
-(fewer, larger matmuls), the rest shared as they are (a tied head keeps the embedding's tensor). Per layer: the
-fused RMSNorm op, RoPE from a cos/sin table computed once for max_model_len by the model's own rotary module (so
+(fewer, larger matmuls), the rest shared as they are (a tied head keeps the embedding's tensor). Per layer: RMSNorm
+(our one-call kernel where it gives torch's bits, `kernels/cpu_norm.py`, else F.rms_norm, several kernels on CPU),
+RoPE from a cos/sin table computed once for max_model_len by the model's own rotary module (so
 any static rope scaling, llama3 or yarn included, stays transformers'), our paged attention
 (`attention.attend`, the code the transformers path calls too), SiLU times up, residual adds in place.
-`F.rms_norm` stays though it is several kernels on CPU: the alternatives tried were no faster
-(docs/benchmarks/engine-code-notes.md).
 Called as the transformers model is (`model(input_ids=, position_ids=, logits_to_keep=, floodway_meta=)`, `.logits`),
 so the runner and the CUDA graphs drive either.
 """
@@ -18,6 +17,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from floodway.engine import attention
+from floodway.engine.kernels import cpu_norm
 from torch import nn
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
@@ -63,6 +63,10 @@ def _merged(*linears: nn.Linear) -> nn.Linear:
     return out
 
 
+def torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, x.shape[-1:], weight, eps)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, hf_layer, layer: int):
         super().__init__()
@@ -76,6 +80,7 @@ class DecoderLayer(nn.Module):
         self.down_proj = m.down_proj
         self.norm1, self.norm2 = hf_layer.input_layernorm.weight, hf_layer.post_attention_layernorm.weight
         self.eps = hf_layer.input_layernorm.variance_epsilon
+        self.rms_norm = torch_rms_norm  # LlamaDecoder sets the model's
         for mod, names in ((a, ("q_proj", "k_proj", "v_proj")), (m, ("gate_proj", "up_proj"))):
             for name in names:  # freed now: loading keeps one layer's unmerged copy at a time, not the model's
                 delattr(mod, name)
@@ -83,7 +88,7 @@ class DecoderLayer(nn.Module):
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: attention.StepMeta) -> None:
         """Adds this layer's attention and MLP outputs to h [T, D] in place."""
         t, hd, nq, nkv = h.shape[0], self.head_dim, self.num_heads, self.num_kv_heads
-        qkv = self.qkv(F.rms_norm(h, h.shape[-1:], self.norm1, self.eps))
+        qkv = self.qkv(self.rms_norm(h, self.norm1, self.eps))
         qk = qkv[:, :(nq + nkv) * hd].view(t, nq + nkv, hd)
         # rotate_half(x) * sin, with rotate_half's sign folded into the table: x's halves swapped times sin.
         qk = torch.addcmul(qk * cos, qk.view(t, nq + nkv, 2, hd // 2).flip(2).view(t, nq + nkv, hd), sin)
@@ -92,7 +97,7 @@ class DecoderLayer(nn.Module):
         o = _attend_op(q, k, v, self.layer, self.scaling) if torch.compiler.is_compiling() \
             else attention.attend(meta, self.layer, q, k, v, self.scaling)
         h += self.o_proj(o.view(t, nq * hd))
-        gu = self.gate_up(F.rms_norm(h, h.shape[-1:], self.norm2, self.eps))
+        gu = self.gate_up(self.rms_norm(h, self.norm2, self.eps))
         inter = gu.shape[-1] // 2
         h += self.down_proj(F.silu(gu[:, :inter]).mul_(gu[:, inter:]))
 
@@ -104,6 +109,9 @@ class LlamaDecoder(nn.Module):
         self.embed_tokens, self.lm_head = base.embed_tokens, hf_model.lm_head
         self.norm, self.eps = base.norm.weight, base.norm.variance_epsilon
         self.layers = nn.ModuleList(DecoderLayer(layer, i) for i, layer in enumerate(base.layers))
+        self.rms_norm = cpu_norm.for_width(self.norm, self.eps) or torch_rms_norm
+        for layer in self.layers:
+            layer.rms_norm = self.rms_norm
         w = self.norm
         # transformers' own cos/sin for every position (its scaling and rounding), computed once.
         cos, sin = base.rotary_emb(w, torch.arange(max_model_len, device=w.device)[None])
@@ -116,6 +124,8 @@ class LlamaDecoder(nn.Module):
     def compile_decode(self) -> None:
         """Runs the layers of decode-only CPU steps as one torch.compile graph (inductor's C++ code; compiled on the
         first such step, once for batch 1 and once for the rest: dynamic shapes). Prefill steps stay eager."""
+        for layer in self.layers:  # torch's op: a graph cannot hold our kernel's call by address
+            layer.rms_norm = torch_rms_norm
         self.compiled_layers = torch.compile(self._layers, dynamic=True)
 
     def _layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: attention.StepMeta | None) -> None:
@@ -135,4 +145,4 @@ class LlamaDecoder(nn.Module):
             self._layers(h, cos, sin, floodway_meta)
         if logits_to_keep is not None:
             h = h[logits_to_keep]
-        return Output(self.lm_head(F.rms_norm(h, h.shape[-1:], self.norm, self.eps)).unsqueeze(0))
+        return Output(self.lm_head(self.rms_norm(h, self.norm, self.eps)).unsqueeze(0))

@@ -4,11 +4,12 @@ Every linear a model calls (float `nn.Linear`, `packed_linear.PackedLinear`, or 
 [T, out] and has `in_features`, `out_features`, and `kernel` (a name for the startup log and /debug/engine;
 `kernel_of` names the float ones). A per-row LoRA delta can wrap any of them from outside: y = base(x) + delta(x).
 
-CPU: int4 matmuls in bfloat16, ours (`kernels/cpu_int4.c`, AVX-512 BF16) where the CPU has it, else torch's packed
-one (`_weight_int4pack_mm_for_cpu`, whose float32 path runs several times slower than a float32 matmul: float32 is
-refused rather than served slowly). int8 codes are split into their high and low nibbles, two int4 weights side by
-side along the input (x repeated), which keeps int8's group-wise scales exact in one call; torch's own int8 kernel
-(`_weight_int8pack_mm`) takes one scale per output row only, so it cannot hold Q8_0. CUDA: our Triton kernel
+CPU: int4 and int8 matmuls in bfloat16, ours (`kernels/cpu_quant_matmul.c`, AVX-512 BF16) where the CPU has it,
+else torch's packed int4 one (`_weight_int4pack_mm_for_cpu`, whose float32 path runs several times slower than a
+float32 matmul: float32 is refused rather than served slowly), to which int8 codes go split into their high and low
+nibbles, two int4 weights side by side along the input (x repeated), which keeps int8's group-wise scales exact in one
+call; torch's own int8 kernel (`_weight_int8pack_mm`) takes one scale per output row only, so it cannot hold Q8_0.
+CUDA: our Triton kernel
 (`kernels/quant_matmul.py`) dequantizes each tile in the GEMM.
 
 Groups: a checkpoint's group (or one group per row) is served as the largest of CPU_GROUPS dividing it, its scales
@@ -23,13 +24,13 @@ kernel) and a GPU.
 """
 
 import torch
-from floodway.engine.kernels import cpu, cpu_int4
+from floodway.engine.kernels import cpu, cpu_quant_matmul
 from floodway.engine.quant import weights
 from floodway.engine.quant.formats import Unsupported
 from floodway.engine.quant.weights import QuantWeight
 from torch import nn
 
-CPU_GROUPS = (32, 64, 128, 256)  # the groups the CPU int4 kernel takes
+CPU_GROUPS = (32, 64, 128, 256)  # the groups the CPU kernels take
 SPREAD_GROUP = 16  # served spread over CPU_GROUPS[0] columns on CPU
 NO_QUANTIZATION = "--quantization none"
 CPU_INT4 = "ours" if cpu.available() else "torch"  # the CPU kernel: ours (AVX-512 BF16) or torch's
@@ -118,12 +119,11 @@ def _centred(codes: torch.Tensor, bits: int) -> tuple[torch.Tensor, int]:
 
 
 class CpuLinear(nn.Module):
-    """int4 codes, or int8 codes as their high and low nibbles: two int4 weights side by side along the input (x
-    repeated), s * q + m = [16 s * hi + m] + [s * lo], which keeps int8's group-wise scales exact in one call.
-
-    The kernel: ours (kernels/cpu_int4.py) where this CPU has AVX-512 BF16 and it was built, torch's packed int4 one
-    otherwise (w = (q - 8) * scale + zero in bf16; it multiplies rows in blocks of 4, unpacking the weights once per
-    block: a fifth row costs about a whole block, and speculation prices drafts by ROW_TILE)."""
+    """int4 or int8 codes on our kernel (cpu_quant_matmul.py) where this CPU has AVX-512 BF16 and it was built, else on
+    torch's packed int4 one (w = (q - 8) * scale + zero in bf16), int8 as its high and low nibbles there: two int4
+    weights side by side along the input (x repeated), s * q + m = [16 s * hi + m] + [s * lo]. Torch's kernel
+    multiplies rows in blocks of 4, unpacking the weights once per block: a fifth row costs about a whole block, and
+    speculation prices drafts by ROW_TILE."""
 
     def __init__(self, w: QuantWeight, bias: torch.Tensor | None, dtype: torch.dtype, spread: int | None = None):
         """spread: the weight's own group where `weights.spread` laid it over w.group columns (None: not spread)."""
@@ -135,31 +135,37 @@ class CpuLinear(nn.Module):
         self.ours = CPU_INT4 == "ours"
         codes, c = _centred(w.codes, w.bits)  # s * (q + c) + (m - c s)
         scales, mins = w.scales, w.mins - c * w.scales
-        if w.bits == 8:
+        # Both kernels take w = (q - 2^(bits-1)) * scale + zero.
+        self.split = w.bits == 8 and not self.ours  # int8 as two nibble planes on torch's kernel
+        if self.split:
             codes, scales, mins = torch.cat([codes >> 4, codes & 15], 1), torch.cat([16 * scales, scales], 1), \
                 torch.cat([mins, torch.zeros_like(mins)], 1)
-        zeros = mins + 8 * scales  # both kernels take w = (q - 8) * scale + zero
+        bits = 4 if self.split else w.bits
+        zeros = mins + (1 << bits - 1) * scales
         if self.ours:
             self.ROW_TILE = 1
-            self.packed, self.scales, self.zeros = cpu_int4.pack(codes, scales, zeros)
-            self.kernel_args = cpu_int4.args(self.packed, self.scales, self.zeros, self.out_features)
+            self.packed, self.scales, self.zeros = cpu_quant_matmul.pack(codes, scales, zeros, bits)
+            symmetric = bits == 8 and not self.zeros.any()  # Q8_0's: the kernel skips the zeros' term
+            self.kernel_args = cpu_quant_matmul.args(self.packed, self.scales, None if symmetric else self.zeros,
+                                                     self.out_features, bits)
         else:
             self.ROW_TILE = 4
             self.packed = torch.cat([torch.ops.aten._convert_weight_to_int4pack_for_cpu(rows.to(torch.int32)
                                                                                        .contiguous(), 1)
                                      for rows in codes.split(PACK_ROWS)])
             self.scale_zero = torch.stack([scales, zeros], -1).transpose(0, 1).to(dtype).contiguous()
-        name = "floodway avx512-bf16 int4 matmul" if self.ours else "aten._weight_int4pack_mm_for_cpu"
-        note = (", int8 as two nibble planes" if w.bits == 8 else "") + \
+        name = f"floodway avx512-bf16 int{w.bits} matmul" if self.ours else "aten._weight_int4pack_mm_for_cpu"
+        note = (", int8 as two nibble planes" if self.split else "") + \
             (f", groups of {spread} spread over {w.group}" if spread else "")
         self.kernel = f"{name} ({w.name}, group {w.group}{note})"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = _inputs(x, self.perm, self.spread)
-        if self.bits == 8:
-            x = torch.cat([x, x], -1)
-        y = cpu_int4.matmul(x, self.kernel_args) if self.ours else \
-            torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
+        if self.ours:
+            y = cpu_quant_matmul.matmul(x, self.kernel_args)
+        else:
+            x = torch.cat([x, x], -1) if self.split else x
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group, self.scale_zero)
         return y if self.bias is None else y + self.bias
 
 

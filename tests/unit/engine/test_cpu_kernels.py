@@ -1,75 +1,81 @@
-"""Our CPU kernels (engine/kernels/cpu_*.c). The int4 matmul against x @ w.T of the dequantized weight in float32, on
-the shapes its code treats apart: every remainder of its blocks of 8 rows, column counts that are not whole tiles of
-16 (the last tile's stores masked), each group size the CPU path serves, and more than one thread; and a row's result
-the same bits whatever the call's row count (a speculative verify's logits are a decode's). (The LoRA kernel:
-tests/unit/engine/test_lora_rules.py.)"""
+"""Our CPU kernels (engine/kernels/cpu_*.c). The quantized matmul, 4- and 8-bit codes, against x @ w.T of the
+dequantized weight in float32, on the shapes its code treats apart: every remainder of its blocks of 8 rows, column
+counts that are not whole tiles of 16 (the last tile's stores masked), each group size the CPU path serves, 8-bit
+codes without zeros (Q8_0's), and more than one thread; and a row's result the same bits whatever the call's row count
+(a speculative verify's logits are a decode's). (The LoRA kernel: tests/unit/engine/test_lora_rules.py.)"""
 
 import pytest
 import torch
-from floodway.engine.kernels import cpu, cpu_int4
+from floodway.engine.kernels import cpu
+from floodway.engine.kernels import cpu_quant_matmul as qmm
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="this CPU has no AVX-512 BF16 (or no C compiler "
                                                                   "built the kernels): torch's kernels serve")
 
 
-def _case(n: int, k: int, group: int, seed: int = 0):
+def _case(n: int, k: int, group: int, bits: int = 4, seed: int = 0, zeros: bool = True):
+    """The kernel's arguments for random codes, scales and zeros (none: all zero, not passed), and the float weight."""
     g = torch.Generator().manual_seed(seed)
-    codes = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
-    scales = torch.rand(n, k // group, generator=g) * 0.02
-    zeros = (torch.rand(n, k // group, generator=g) - 0.5) * 0.02
+    codes = torch.randint(0, 1 << bits, (n, k), generator=g, dtype=torch.uint8)
+    scales = torch.rand(n, k // group, generator=g) * 0.02 * 16 / (1 << bits)
+    zs = (torch.rand(n, k // group, generator=g) - 0.5) * 0.02 * zeros
+    packed, ps, pz = qmm.pack(codes, scales, zs, bits)
     # the reference uses the scales the kernel holds (bf16), so what is left is the sum's and the output's rounding
-    s, z = (v.to(torch.bfloat16).float().repeat_interleave(group, 1) for v in (scales, zeros))
-    return cpu_int4.pack(codes, scales, zeros), (codes.float() - 8) * s + z
+    s, z = (v.to(torch.bfloat16).float().repeat_interleave(group, 1) for v in (scales, zs))
+    kept = (packed, ps, pz)  # the tensors the addresses point into
+    return qmm.args(packed, ps, pz if zeros else None, n, bits), (codes.float() - (1 << bits - 1)) * s + z, kept
 
 
 @pytest.mark.parametrize("n", [16, 40, 100])
 @pytest.mark.parametrize("group", [32, 64, 128, 256])
-def test_every_row_block_remainder_and_partial_tile(n, group):
+@pytest.mark.parametrize("bits,zeros", [(4, True), (8, True), (8, False)])
+def test_every_row_block_remainder_and_partial_tile(n, group, bits, zeros):
     k = 2 * 256
-    (packed, scales, zeros), w = _case(n, k, group)
-    weight = cpu_int4.args(packed, scales, zeros, n)
+    weight, w, _kept = _case(n, k, group, bits, zeros=zeros)
     x = torch.randn(17, k, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
-    alone = torch.cat([cpu_int4.matmul(x[r:r + 1], weight) for r in range(17)])
+    alone = torch.cat([qmm.matmul(x[r:r + 1], weight) for r in range(17)])
     for rows in range(1, 18):  # 1..8 in one block; 9..17 a whole block and a remainder
-        got = cpu_int4.matmul(x[:rows], weight)
+        got = qmm.matmul(x[:rows], weight)
         want = x[:rows].float() @ w.T
         assert got.shape == (rows, n)
         assert ((got.float() - want).abs() <= 2 ** -7 * want.abs() + 1e-3 * want.abs().max()).all(), rows
         assert torch.equal(got, alone[:rows]), rows
 
 
-def test_threads_split_the_tiles_and_agree(monkeypatch):
-    (packed, scales, zeros), _ = _case(200, 192, 32)
-    weight = cpu_int4.args(packed, scales, zeros, 200)
+@pytest.mark.parametrize("bits", [4, 8])
+def test_threads_split_the_tiles_and_agree(monkeypatch, bits):
+    weight, _, _kept = _case(200, 192, 32, bits)
     x = torch.randn(9, 192).to(torch.bfloat16)
-    one = cpu_int4.matmul(x, weight)
+    one = qmm.matmul(x, weight)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert torch.equal(cpu_int4.matmul(x, weight), one)
+    assert torch.equal(qmm.matmul(x, weight), one)
 
 
 def test_leading_dims_and_no_rows():
-    (packed, scales, zeros), w = _case(32, 64, 32)
-    weight = cpu_int4.args(packed, scales, zeros, 32)
+    weight, w, _kept = _case(32, 64, 32)
     x = torch.randn(2, 3, 64).to(torch.bfloat16)
-    y = cpu_int4.matmul(x, weight)
+    y = qmm.matmul(x, weight)
     assert y.shape == (2, 3, 32) and torch.allclose(y.float(), x.float() @ w.T, rtol=2e-2, atol=1e-2)
-    assert cpu_int4.matmul(x[:0], weight).shape == (0, 3, 32)
-    assert torch.equal(cpu_int4.matmul(x.float()[0], weight), y[0])  # float32 rows are rounded to bf16 first
+    assert qmm.matmul(x[:0], weight).shape == (0, 3, 32)
+    assert torch.equal(qmm.matmul(x.float()[0], weight), y[0])  # float32 rows are rounded to bf16 first
     with pytest.raises(ValueError, match="32 input columns with a weight of 64"):
-        cpu_int4.matmul(x[..., :32], weight)
+        qmm.matmul(x[..., :32], weight)
+    with pytest.raises(ValueError, match="4-bit codes need their zeros"):
+        qmm.args(*_kept[:2], None, 32, 4)
 
 
-def test_a_misplaced_nibble_fails_the_comparison():
-    """The packing's pairs are what the kernel's dot products read: codes packed with the two nibbles of each byte
-    swapped (pairs (k, k+1) and (k+2, k+3) exchanged) give wrong sums."""
-    (packed, scales, zeros), w = _case(32, 64, 32, seed=3)
-    swapped = (packed >> 4) | (packed << 4)
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_misplaced_code_fails_the_comparison(bits):
+    """The packing's pairs are what the kernel's dot products read: 4-bit codes with the two nibbles of each byte
+    swapped (pairs (k, k+1) and (k+2, k+3) exchanged), or 8-bit ones with the two bytes of each pair swapped, give
+    wrong sums."""
+    weight, w, (packed, scales, zeros) = _case(32, 64, 32, bits, seed=3)
+    swapped = (packed >> 4) | (packed << 4) if bits == 4 else packed.view(-1, 2).flip(1).reshape(packed.shape)
     x = torch.randn(2, 64).to(torch.bfloat16)
     want = x.float() @ w.T
-    for codes, agrees in ((packed, True), (swapped, False)):
-        got = cpu_int4.matmul(x, cpu_int4.args(codes, scales, zeros, 32)).float()
+    for codes, agrees in ((packed, True), (swapped.contiguous(), False)):
+        got = qmm.matmul(x, qmm.args(codes, scales, zeros, 32, bits)).float()
         assert torch.allclose(got, want, rtol=2e-2, atol=2e-2) == agrees
-
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -134,12 +140,43 @@ def test_attention_bench_prints_every_row_and_both_paths_agree(capsys):
 
 def test_int4_bench_prints_each_shape_and_the_model_step(capsys):
     """`python -P -m floodway.engine.bench.int4_matmul --model-step` cannot rot: a row per shape with both kernels'
-    errors at bf16's scale, and the model step over SmolLM2's 66 MB of layer codes."""
+    errors at bf16's scale, and the model step over SmolLM2's 66 MB of 4-bit layer codes and ~113 MB of 8-bit ones
+    (one byte a weight, a bf16 scale per 32, no zeros)."""
     from floodway.engine.bench import int4_matmul as bench
 
     assert bench.main(["--rows", "1", "--repeat", "2", "--model-step"]) == 0
     lines = capsys.readouterr().out.splitlines()
     shapes = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and " x " in line][1:]  # no header
     assert len(shapes) == len(bench.SHAPES) and all(float(r[-1]) < 2 ** -6 for r in shapes), shapes
-    step = [line.split("|")[1:-1] for line in lines if line.startswith("| 1 |")]
-    assert len(step) == 1 and 60 < float(step[0][4]) < 72  # MB of codes, scales and zeros a pass reads
+    step = {int(r[0]): float(r[5]) for r in (line.split("|")[1:-1] for line in lines) if r and r[1].strip() == "1"
+            and r[0].strip() in ("4", "8")}
+    assert 60 < step[4] < 72 and 105 < step[8] < 120, step  # MB a pass reads
+
+
+@pytest.mark.parametrize("n", [64, 576, 960, 2048, 4096, 8192])
+def test_rms_norm_gives_torchs_bits(n):
+    """The one-call RMSNorm equals F.rms_norm bit for bit (its sum of squares in torch's cascade order) on rows of
+    every scale, at the widths of SmolLM2 (576) and larger models, and the load check takes it there."""
+    from floodway.engine.kernels import cpu_norm
+
+    g = torch.Generator().manual_seed(n)
+    w = (torch.randn(n, generator=g) * 0.3 + 1).to(torch.bfloat16)
+    x = (torch.randn(1000, n, generator=g) * torch.logspace(-4, 4, 1000)[:, None]).to(torch.bfloat16)
+    assert torch.equal(cpu_norm.rms_norm(x, w, 1e-5), torch.nn.functional.rms_norm(x, (n,), w, 1e-5))
+    assert cpu_norm.for_width(w, 1e-5) is cpu_norm.rms_norm
+
+
+def test_rms_norm_in_another_order_is_refused_at_load(monkeypatch):
+    """A kernel that sums in another order (here, in float64, then rounded) moves some outputs by one bf16 rounding:
+    the load check sees it and the model keeps F.rms_norm; so do float32 weights and widths the kernel does not take."""
+    from floodway.engine.kernels import cpu_norm
+
+    def other_order(x, w, eps):
+        r = torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + eps).float()
+        return (x.float() * r * w.float()).to(torch.bfloat16)
+
+    w = (torch.randn(576, generator=torch.Generator().manual_seed(0)) * 0.3 + 1).to(torch.bfloat16)
+    monkeypatch.setattr(cpu_norm, "rms_norm", other_order)
+    assert cpu_norm.for_width(w, 1e-5) is None
+    monkeypatch.undo()
+    assert cpu_norm.for_width(w.float(), 1e-5) is None and cpu_norm.for_width(w[:48], 1e-5) is None
