@@ -10,7 +10,7 @@ the query length so GQA needs no K/V repeat. Each prefill chunk is its own call;
 (a speculative verify's drafts) folds its heads the same way (FOLD_ROWS), and a long one attends to the prefix and
 to itself in two passes merged by their log-sum-exps (SPLIT_MIN).
 On CPU with our kernel (CPU_KERNEL), decodes and chunks of up to KERNEL_ROWS tokens attend through it instead, K/V
-read in place by block table, one call a layer (CpuRows). On CUDA the step carries KernelInputs instead, and two
+read in place by block table, one call a layer (CpuRows) that writes the step's new K/V too. On CUDA the step carries KernelInputs instead, and two
 Triton kernels (engine/kernels/) read K/V in place by block table: one call for all decodes, one for all prefill
 chunks.
 """
@@ -80,6 +80,7 @@ class CpuRows:
     tables: torch.Tensor  # [S, width] block ids, rows padded with block 0
     max_ctx: int
     decodes_only: bool  # one row each
+    args: tuple | None = None  # the kernel's arguments common to a step's layers (cpu_attention.attend makes them)
 
 
 @dataclass
@@ -114,14 +115,15 @@ def attend(meta: StepMeta, layer: int, q, k, v, scaling) -> torch.Tensor:
     """Writes the step's new k, v [T, KVH, hd] into layer's paged cache by slot, then attends q [T, H, hd] over each
     sequence's blocks; returns [T, H, hd]. What both the transformers path and our decoder call."""
     k_cache, v_cache = meta.k_caches[layer], meta.v_caches[layer]
-    k_cache.view(-1, *k.shape[1:]).index_copy_(0, meta.slot_mapping, k)
-    v_cache.view(-1, *v.shape[1:]).index_copy_(0, meta.slot_mapping, v)
+    if meta.cpu is None:  # else our CPU kernel writes them, in the same call as its attention
+        k_cache.view(-1, *k.shape[1:]).index_copy_(0, meta.slot_mapping, k)
+        v_cache.view(-1, *v.shape[1:]).index_copy_(0, meta.slot_mapping, v)
     if meta.kernel is not None:
         return _kernel_attention(meta.kernel, q, k_cache, v_cache, scaling)
     num_heads, num_kv, head_dim = q.shape[1], k.shape[1], q.shape[2]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous: callers view it as [T, H * hd]
-    if meta.cpu is not None:
-        cpu_attention.attend(q, k_cache, v_cache, out, meta.cpu.seqs, meta.cpu.tables, meta.cpu.max_ctx,
+    if meta.cpu is not None:  # every new K/V of the step written first, so the SDPA rows below read them too
+        cpu_attention.attend(q, k, v, meta.slot_mapping, k_cache, v_cache, out, meta.cpu,
                              head_dim ** -0.5 if scaling is None else scaling)
     for g in meta.decodes:
         qd = q[g.start:g.start + g.count].reshape(g.count, num_kv, num_heads // num_kv, head_dim)

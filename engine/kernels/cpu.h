@@ -50,6 +50,11 @@ void lora_add(const void* x, void* y, int bf16, const void* a, const void* b, si
 void paged_attention(const void* q, const void* k, const void* v, void* out, const int32_t* seqs,
                      const int32_t* tables, int num_seqs, int width, int heads, int kv_heads, int dim, int block_size,
                      const int64_t* strides, float scale, int bf16, int threads, float* scratch, int max_ctx);
+/* The step's new keys and values [num_new, kv_heads, dim] (new_strides: k's row and head strides, then v's, in
+ * elements; dim contiguous) into the caches at their flat slots (block * block_size + offset), by the caches' strides
+ * (cpu_attention.c); esize: bytes an element. */
+void kv_write(const void* new_k, const void* new_v, void* k, void* v, const int64_t* slots, int num_new,
+              const int64_t* new_strides, int kv_heads, int dim, int block_size, const int64_t* strides, int esize);
 #else
 #define HAVE_KERNELS 0
 #endif

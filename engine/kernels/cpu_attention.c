@@ -76,6 +76,21 @@ static inline AVX512 __attribute__((always_inline)) void row(const void* q, cons
     for (int c = 0; c < chunks; c++) store(out, (size_t)c * 16, _mm512_mul_ps(o[c], norm), bf16, m[c]);
 }
 
+void kv_write(const void* new_k, const void* new_v, void* k, void* v, const int64_t* slots, int num_new,
+              const int64_t* new_strides, int kv_heads, int dim, int block_size, const int64_t* strides, int esize) {
+    const size_t bytes = (size_t)dim * esize;
+    for (int t = 0; t < num_new; t++) {
+        const int64_t at = slots[t] / block_size * strides[0] + slots[t] % block_size * strides[1];
+        for (int h = 0; h < kv_heads; h++) {
+            const size_t to = (size_t)(at + h * strides[2]) * esize;
+            __builtin_memcpy((char*)k + to, (const char*)new_k + (t * new_strides[0] + h * new_strides[1]) * esize,
+                             bytes);
+            __builtin_memcpy((char*)v + to, (const char*)new_v + (t * new_strides[2] + h * new_strides[3]) * esize,
+                             bytes);
+        }
+    }
+}
+
 AVX512 void paged_attention(const void* q, const void* k, const void* v, void* out, const int32_t* seqs,
                             const int32_t* tables, int num_seqs, int width, int heads, int kv_heads, int dim,
                             int block_size, const int64_t* strides, float scale, int bf16, int threads,

@@ -61,21 +61,25 @@ static PyObject* py_lora_add(PyObject* self, PyObject* args) {
     Py_RETURN_NONE;
 }
 
-/* paged_attention(q, k, v, out, seqs, tables, num_seqs, width, heads, kv_heads, dim, block_size, block_stride,
- * position_stride, head_stride, scale, bf16, threads, max_ctx) */
+/* paged_attention(q, k, v, out, new_k, new_v, slots, num_new, k_row, k_head, v_row, v_head, seqs, tables, num_seqs,
+ * width, heads, kv_heads, dim, block_size, block_stride, position_stride, head_stride, scale, bf16, threads, max_ctx):
+ * the step's new keys and values written into the caches first (kv_write), then the attention. */
 static PyObject* py_paged_attention(PyObject* self, PyObject* args) {
-    unsigned long long q, k, v, out, seqs, tables;
-    int num_seqs, width, heads, kv_heads, dim, block_size, bf16, threads, max_ctx;
-    long long strides[3];
+    unsigned long long q, k, v, out, new_k, new_v, slots, seqs, tables;
+    int num_new, num_seqs, width, heads, kv_heads, dim, block_size, bf16, threads, max_ctx;
+    long long news[4], strides[3];
     float scale;
-    if (!PyArg_ParseTuple(args, "KKKKKKiiiiiiLLLfiii", &q, &k, &v, &out, &seqs, &tables, &num_seqs, &width, &heads,
+    if (!PyArg_ParseTuple(args, "KKKKKKKiLLLLKKiiiiiiLLLfiii", &q, &k, &v, &out, &new_k, &new_v, &slots, &num_new,
+                          &news[0], &news[1], &news[2], &news[3], &seqs, &tables, &num_seqs, &width, &heads,
                           &kv_heads, &dim, &block_size, &strides[0], &strides[1], &strides[2], &scale, &bf16,
                           &threads, &max_ctx))
         return NULL;
-    const int64_t steps[3] = {strides[0], strides[1], strides[2]};
+    const int64_t steps[3] = {strides[0], strides[1], strides[2]}, new_steps[4] = {news[0], news[1], news[2], news[3]};
     float* scratch = malloc(sizeof(float) * (size_t)(threads > 1 ? threads : 1) * (max_ctx + 16));
     if (!scratch) return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS
+    kv_write((const void*)new_k, (const void*)new_v, (void*)k, (void*)v, (const int64_t*)slots, num_new, new_steps,
+             kv_heads, dim, block_size, steps, bf16 ? 2 : 4);
     paged_attention((const void*)q, (const void*)k, (const void*)v, (void*)out, (const int32_t*)seqs,
                     (const int32_t*)tables, num_seqs, width, heads, kv_heads, dim, block_size, steps, scale, bf16,
                     threads, scratch, max_ctx + 16);

@@ -84,8 +84,9 @@ def test_a_misplaced_code_fails_the_comparison(bits):
 def test_paged_attention_equals_causal_sdpa_over_each_context(dtype, heads, kv_heads, dim, threads, head_major):
     """Sequences of 1 to 9 rows (decodes, a verify's drafts) after contexts of 1 to 300 positions, in blocks scattered
     over the pool, GQA and not, head sizes not a multiple of 16, the engine's head-major caches and plain contiguous
-    ones: each row equals SDPA over its sequence's first ctx - rows + i + 1 positions, within bf16 rounding (float32:
-    1e-5)."""
+    ones: the call writes the step's new keys and values at their slots, and each row equals SDPA over its sequence's
+    first ctx - rows + i + 1 positions, within bf16 rounding (float32: 1e-5)."""
+    from floodway.engine import attention
     from floodway.engine.kernels import cpu_attention
     from floodway.engine.kv_cache import KVShape, allocate
 
@@ -108,12 +109,26 @@ def test_paged_attention_equals_causal_sdpa_over_each_context(dtype, heads, kv_h
         start += rows
     q = torch.randn(start, heads, dim, generator=g).to(dtype)
     out = torch.empty_like(q)
+    # Each sequence's rows are its newest tokens: their keys and values come as the step's new rows (rows of a wider
+    # tensor, as a fused qkv projection's are), zeroed in the caches first, and the call writes them back.
+    slots = torch.cat([torch.tensor(table)[pos // block_size] * block_size + pos % block_size
+                       for (_, rows, ctx), table in zip(seqs, tables, strict=True)
+                       for pos in [torch.arange(ctx - rows, ctx)]])
+    new = []
+    for cache in (k_cache, v_cache):
+        wide = torch.zeros(start, kv_heads * dim + 8, dtype=dtype)
+        wide[:, :kv_heads * dim] = cache.view(-1, kv_heads, dim)[slots].reshape(start, -1)
+        cache.view(-1, kv_heads, dim)[slots] = 0
+        new.append(wide[:, :kv_heads * dim].view(start, kv_heads, dim))
+    rows = attention.CpuRows(torch.tensor(seqs, dtype=torch.int32), torch.tensor(tables, dtype=torch.int32),
+                             max(c for _, c in shapes), False)
     torch.set_num_threads(threads)
     try:
-        cpu_attention.attend(q, k_cache, v_cache, out, torch.tensor(seqs, dtype=torch.int32),
-                             torch.tensor(tables, dtype=torch.int32), max(c for _, c in shapes), dim ** -0.5)
+        cpu_attention.attend(q, *new, slots, k_cache, v_cache, out, rows, dim ** -0.5)
     finally:
         torch.set_num_threads(1)
+    for cache, rows_in in zip((k_cache, v_cache), new, strict=True):
+        assert torch.equal(cache.view(-1, kv_heads, dim)[slots], rows_in)
     for (first, rows, ctx), table in zip(seqs, tables, strict=True):
         pos = torch.arange(ctx)
         slots = torch.tensor(table)[pos // block_size] * block_size + pos % block_size
