@@ -10,9 +10,9 @@ the query length so GQA needs no K/V repeat. Each prefill chunk is its own call;
 (a speculative verify's drafts) folds its heads the same way (FOLD_ROWS), and a long one attends to the prefix and
 to itself in two passes merged by their log-sum-exps (SPLIT_MIN).
 On CPU with our kernel (CPU_KERNEL), decodes and chunks of up to KERNEL_ROWS tokens attend through it instead, K/V
-read in place by block table, one call a layer (CpuRows) that writes the step's new K/V too. On CUDA the step carries KernelInputs instead, and two
-Triton kernels (engine/kernels/) read K/V in place by block table: one call for all decodes, one for all prefill
-chunks.
+read in place by block table, one call a layer (CpuRows) that writes the step's new K/V too. On CUDA the step carries
+KernelInputs instead, and two Triton kernels (engine/kernels/) read K/V in place by block table: one call for all
+decodes, one for all prefill chunks.
 """
 
 import importlib.util

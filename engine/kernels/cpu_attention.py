@@ -9,9 +9,9 @@ MAX_DIM = 256  # head sizes the kernel takes: it keeps a row's query and output 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor, k_cache: torch.Tensor,
            v_cache: torch.Tensor, out: torch.Tensor, rows, scale: float) -> None:
-    """Writes the step's new keys and values k, v [T, KVH, hd] (any strides, hd contiguous) into the
-    caches [blocks, block_size, KVH, hd] (any strides, hd contiguous; kv_cache.allocate's are head-major views) at
-    their flat slots [T] (int64), then out [T, H, hd] (contiguous, q's dtype) = attention of q [T, H, hd] for the
+    """Writes the step's new keys and values k, v [T, KVH, hd] (any strides, hd contiguous) into the caches [blocks,
+    block_size, KVH, hd] (any strides, hd contiguous; kv_cache.allocate's are head-major views) at their flat slots
+    [T] (int64), then out [T, H, hd] (contiguous, q's dtype) = attention of q [T, H, hd] for the
     sequences of `rows` (attention.CpuRows: each one's first row, rows and context length, its block table, the
     longest context). The call's arguments that are the same for every layer of a step are made at its first call
     and kept on `rows`."""

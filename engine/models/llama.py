@@ -4,9 +4,9 @@ layer than transformers' modules do, so it pays less per-call overhead.
 Built from transformers' loaded model, taking over its weights: q/k/v merged into one linear and gate/up into one
 (fewer, larger matmuls), the rest shared as they are (a tied head keeps the embedding's tensor). Per layer: RMSNorm
 (our one-call kernel where it gives torch's bits, `kernels/cpu_norm.py`, else F.rms_norm, several kernels on CPU),
-RoPE from a cos/sin table computed once for max_model_len by the model's own rotary module (so
-any static rope scaling, llama3 or yarn included, stays transformers'), our paged attention
-(`attention.attend`, the code the transformers path calls too), SiLU times up, residual adds in place.
+RoPE from a cos/sin table computed once for max_model_len by the model's own rotary module (so any static rope
+scaling, llama3 or yarn included, stays transformers'), our paged attention (`attention.attend`, the code the
+transformers path calls too), SiLU times up, residual adds in place.
 Called as the transformers model is (`model(input_ids=, position_ids=, logits_to_keep=, floodway_meta=)`, `.logits`),
 so the runner and the CUDA graphs drive either.
 """
