@@ -14,7 +14,7 @@ packages = [
     for name, folder in ROOTS.items()
     for sub in ["", *find_packages(folder)]
 ]
-SOURCES = [f"engine/kernels/cpu_{name}.c" for name in ("module", "quant_matmul", "norm", "lora", "attention")]
+SOURCES = [f"engine/kernels/cpu_{name}.c" for name in ("module", "quant_matmul", "norm", "rope", "lora", "attention")]
 cpu = Extension("floodway.engine.kernels._cpu", SOURCES, depends=["engine/kernels/cpu.h"],
                 extra_compile_args=["-O3", "-fopenmp"], extra_link_args=["-fopenmp"], optional=True)
 setup(packages=packages, package_dir=ROOTS, ext_modules=[cpu])

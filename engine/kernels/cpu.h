@@ -40,6 +40,11 @@ void quant_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const 
 /* y [M, N] bf16 = RMSNorm of x [M, N] bf16 with weight w [N] bf16, torch's bits (cpu_norm.c); N a multiple of 32. */
 void rms_norm(const uint16_t* x, const uint16_t* w, uint16_t* y, int M, int N, float eps);
 
+/* y [T, heads, dim] bf16 = rotary embedding of x's rows (row_stride elements apart) by cos and sin [T, dim]
+ * (cpu_rope.c); dim a multiple of 32. */
+void rope(const uint16_t* x, const uint16_t* cos, const uint16_t* sin, uint16_t* y, int T, int heads, int dim,
+          int64_t row_stride);
+
 /* y[rows] += each slot's LoRA delta, in place (cpu_lora.c); a_lanes, b_lanes: one slot's A and B in 32-bit lanes. */
 void lora_add(const void* x, void* y, int bf16, const void* a, const void* b, size_t a_lanes, size_t b_lanes,
               int wbf16, const float* scale, const int32_t* parts, int num_parts, int in, int out, const int32_t* rows,

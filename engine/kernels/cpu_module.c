@@ -1,6 +1,6 @@
-/* floodway.engine.kernels._cpu: our CPU kernels for Python (cpu_quant_matmul.py, cpu_norm.py, cpu_lora.py,
- * cpu_attention.py). Arguments are the addresses of contiguous tensors the callers checked, and sizes; the GIL is
- * released while a kernel runs, except RMSNorm's, which takes less time than that would. */
+/* floodway.engine.kernels._cpu: our CPU kernels for Python (cpu_quant_matmul.py, cpu_norm.py, cpu_rope.py,
+ * cpu_lora.py, cpu_attention.py). Arguments are the addresses of contiguous tensors the callers checked, and sizes;
+ * the GIL is released while a kernel runs, except RMSNorm's and RoPE's, which take less time than that would. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
@@ -42,6 +42,16 @@ static PyObject* py_rms_norm(PyObject* self, PyObject* args) {
     float eps;
     if (!PyArg_ParseTuple(args, "KKKiif", &x, &w, &y, &M, &N, &eps)) return NULL;
     rms_norm((const uint16_t*)x, (const uint16_t*)w, (uint16_t*)y, M, N, eps);
+    Py_RETURN_NONE;
+}
+
+/* rope(x, cos, sin, y, T, heads, dim, row_stride) */
+static PyObject* py_rope(PyObject* self, PyObject* args) {
+    unsigned long long x, cos, sin, y;
+    int T, heads, dim;
+    long long row_stride;
+    if (!PyArg_ParseTuple(args, "KKKKiiiL", &x, &cos, &sin, &y, &T, &heads, &dim, &row_stride)) return NULL;
+    rope((const uint16_t*)x, (const uint16_t*)cos, (const uint16_t*)sin, (uint16_t*)y, T, heads, dim, row_stride);
     Py_RETURN_NONE;
 }
 
@@ -95,6 +105,7 @@ static PyMethodDef methods[] = {
 #if HAVE_KERNELS
     {"quant_matmul", py_quant_matmul, METH_VARARGS, "y = x @ w.T for packed 4- or 8-bit w"},
     {"rms_norm", py_rms_norm, METH_VARARGS, "RMSNorm of bf16 rows, torch's bits"},
+    {"rope", py_rope, METH_VARARGS, "rotary embedding of bf16 rows, torch's bits"},
     {"lora_add", py_lora_add, METH_VARARGS, "y[rows] += each slot's LoRA delta"},
     {"paged_attention", py_paged_attention, METH_VARARGS, "few query rows a sequence over paged K/V"},
 #endif

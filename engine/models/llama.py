@@ -3,10 +3,10 @@ layer than transformers' modules do, so it pays less per-call overhead.
 
 Built from transformers' loaded model, taking over its weights: q/k/v merged into one linear and gate/up into one
 (fewer, larger matmuls), the rest shared as they are (a tied head keeps the embedding's tensor). Per layer: RMSNorm
-(our one-call kernel where it gives torch's bits, `kernels/cpu_norm.py`, else F.rms_norm, several kernels on CPU),
-RoPE from a cos/sin table computed once for max_model_len by the model's own rotary module (so any static rope
-scaling, llama3 or yarn included, stays transformers'), our paged attention (`attention.attend`, the code the
-transformers path calls too), SiLU times up, residual adds in place.
+and RoPE (each one call of our kernel on CPU in bf16, with torch's bits: `kernels/cpu_norm.py`, `kernels/cpu_rope.py`;
+torch's ops elsewhere), RoPE's cos/sin table computed once for max_model_len by the model's own rotary module (so any
+static rope scaling, llama3 or yarn included, stays transformers'), our paged attention (`attention.attend`, the code
+the transformers path calls too), SiLU times up, residual adds in place.
 Called as the transformers model is (`model(input_ids=, position_ids=, logits_to_keep=, floodway_meta=)`, `.logits`),
 so the runner and the CUDA graphs drive either.
 """
@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from floodway.engine import attention
-from floodway.engine.kernels import cpu_norm
+from floodway.engine.kernels import cpu_norm, cpu_rope
 from torch import nn
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
@@ -67,6 +67,13 @@ def torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
     return F.rms_norm(x, x.shape[-1:], weight, eps)
 
 
+def torch_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, H, hd] rotated: rotate_half(x) * sin, with rotate_half's sign folded into the table: x's halves swapped
+    times sin."""
+    t, n, hd = x.shape
+    return torch.addcmul(x * cos, x.view(t, n, 2, hd // 2).flip(2).view(t, n, hd), sin)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, hf_layer, layer: int):
         super().__init__()
@@ -80,7 +87,7 @@ class DecoderLayer(nn.Module):
         self.down_proj = m.down_proj
         self.norm1, self.norm2 = hf_layer.input_layernorm.weight, hf_layer.post_attention_layernorm.weight
         self.eps = hf_layer.input_layernorm.variance_epsilon
-        self.rms_norm = torch_rms_norm  # LlamaDecoder sets the model's
+        self.rms_norm, self.rope = torch_rms_norm, torch_rope  # LlamaDecoder sets the model's
         for mod, names in ((a, ("q_proj", "k_proj", "v_proj")), (m, ("gate_proj", "up_proj"))):
             for name in names:  # freed now: loading keeps one layer's unmerged copy at a time, not the model's
                 delattr(mod, name)
@@ -89,9 +96,7 @@ class DecoderLayer(nn.Module):
         """Adds this layer's attention and MLP outputs to h [T, D] in place."""
         t, hd, nq, nkv = h.shape[0], self.head_dim, self.num_heads, self.num_kv_heads
         qkv = self.qkv(self.rms_norm(h, self.norm1, self.eps))
-        qk = qkv[:, :(nq + nkv) * hd].view(t, nq + nkv, hd)
-        # rotate_half(x) * sin, with rotate_half's sign folded into the table: x's halves swapped times sin.
-        qk = torch.addcmul(qk * cos, qk.view(t, nq + nkv, 2, hd // 2).flip(2).view(t, nq + nkv, hd), sin)
+        qk = self.rope(qkv[:, :(nq + nkv) * hd].view(t, nq + nkv, hd), cos, sin)
         v = qkv[:, (nq + nkv) * hd:].view(t, nkv, hd)
         q, k = qk[:, :nq], qk[:, nq:]
         o = _attend_op(q, k, v, self.layer, self.scaling) if torch.compiler.is_compiling() \
@@ -109,10 +114,11 @@ class LlamaDecoder(nn.Module):
         self.embed_tokens, self.lm_head = base.embed_tokens, hf_model.lm_head
         self.norm, self.eps = base.norm.weight, base.norm.variance_epsilon
         self.layers = nn.ModuleList(DecoderLayer(layer, i) for i, layer in enumerate(base.layers))
-        self.rms_norm = cpu_norm.for_width(self.norm, self.eps) or torch_rms_norm
-        for layer in self.layers:
-            layer.rms_norm = self.rms_norm
         w = self.norm
+        self.rms_norm = cpu_norm.for_width(w, self.eps) or torch_rms_norm
+        rope = cpu_rope.for_head_dim(self.layers[0].head_dim, w.dtype, w.device) or torch_rope
+        for layer in self.layers:
+            layer.rms_norm, layer.rope = self.rms_norm, rope
         # transformers' own cos/sin for every position (its scaling and rounding), computed once.
         cos, sin = base.rotary_emb(w, torch.arange(max_model_len, device=w.device)[None])
         half = cos.shape[-1] // 2
@@ -124,8 +130,8 @@ class LlamaDecoder(nn.Module):
     def compile_decode(self) -> None:
         """Runs the layers of decode-only CPU steps as one torch.compile graph (inductor's C++ code; compiled on the
         first such step, once for batch 1 and once for the rest: dynamic shapes). Prefill steps stay eager."""
-        for layer in self.layers:  # torch's op: a graph cannot hold our kernel's call by address
-            layer.rms_norm = torch_rms_norm
+        for layer in self.layers:  # torch's ops: a graph cannot hold our kernels' calls by address
+            layer.rms_norm, layer.rope = torch_rms_norm, torch_rope
         self.compiled_layers = torch.compile(self._layers, dynamic=True)
 
     def _layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: attention.StepMeta | None) -> None:

@@ -195,3 +195,22 @@ def test_rms_norm_in_another_order_is_refused_at_load(monkeypatch):
     assert cpu_norm.for_width(w, 1e-5) is None
     monkeypatch.undo()
     assert cpu_norm.for_width(w.float(), 1e-5) is None and cpu_norm.for_width(w[:48], 1e-5) is None
+
+
+@pytest.mark.parametrize("rows,heads,head_dim", [(1, 12, 64), (7, 12, 64), (33, 40, 128), (3, 8, 96)])
+def test_rope_gives_the_torch_ops_bits(rows, heads, head_dim):
+    """The one-call RoPE equals the decoder's torch ops (llama.torch_rope: x * cos, then addcmul with x's halves
+    swapped times sin) bit for bit, on rows of a fused qkv projection (a stride wider than the heads), at every
+    scale; and the decoder takes it only where it runs: bf16 on CPU, head sizes of whole 16-lane halves."""
+    from floodway.engine.kernels import cpu_rope
+    from floodway.engine.models.llama import torch_rope
+
+    g = torch.Generator().manual_seed(head_dim)
+    qkv = (torch.randn(rows, (heads + 3) * head_dim, generator=g) * torch.logspace(-3, 3, rows)[:, None]) \
+        .to(torch.bfloat16)
+    x = qkv[:, :heads * head_dim].view(rows, heads, head_dim)
+    cos, sin = (torch.randn(rows, 1, head_dim, generator=g).to(torch.bfloat16) for _ in range(2))
+    assert torch.equal(cpu_rope.rope(x, cos, sin), torch_rope(x, cos, sin))
+    assert cpu_rope.for_head_dim(head_dim, torch.bfloat16, torch.device("cpu")) is cpu_rope.rope
+    assert cpu_rope.for_head_dim(head_dim, torch.float32, torch.device("cpu")) is None
+    assert cpu_rope.for_head_dim(head_dim + 16, torch.bfloat16, torch.device("cpu")) is None
