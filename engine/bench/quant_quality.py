@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in wanted:
         got = ref if name == "fp32 (reference)" else measure(rows[name])
         c = compare(ref, got)
+        kernel = got["kernels"].get("qkv", "").replace("|", "\\|")  # layers' kernels joined by " | ": one cell
         print(f"| {name} | {c['agreement']:.3f} | {c['kl']:.5f} | {c['ppl']:.3f} | {c['ppl'] / ref_ppl:.4f} | "
-              f"{got['kernels'].get('qkv', '')} |", flush=True)
+              f"{kernel} |", flush=True)
     return 0
 
 
