@@ -50,7 +50,7 @@ def compare(out_f: int, in_f: int, bits: int, rows: int, repeat: int, rounds: in
 def model_step(rows: int, bits: int, rounds: int = 3, passes: int = 30) -> dict:
     """Seconds of one pass over SmolLM2's layer linears (fresh `bits` weights each) at `rows`, per kernel, and the
     bytes of our kernel's codes, scales and zeros."""
-    layer_shapes = [(out_f, in_f) for out_f, in_f, bits in SHAPES.values() if bits == 4]  # not the Q8_0 head
+    layer_shapes = [(out_f, in_f) for out_f, in_f, b in SHAPES.values() if b == 4]  # not the Q8_0 head
     shipped, lins = linear.CPU_INT4, {"ours": [], "torch": []}
     try:
         for _ in range(LAYERS):
@@ -73,7 +73,7 @@ def model_step(rows: int, bits: int, rounds: int = 3, passes: int = 30) -> dict:
                 times.append(time.perf_counter() - start)
             best[name] = min(best.get(name, float("inf")), statistics.median(times))
     nbytes = sum(t.numel() * t.element_size() for lin in lins["ours"] for t in (lin.packed, lin.scales, lin.zeros)
-                 if t is not lin.zeros or lin.kernel_args.zeros)  # symmetric 8-bit codes' zeros are not read
+                 if t is not None)  # symmetric 8-bit codes keep no zeros
     return {**best, "bytes": nbytes}
 
 

@@ -1,9 +1,8 @@
 /* RMSNorm of bf16 rows in one call, y = bf16(x * (1 / sqrt(mean(x^2) + eps)) * w), each product rounded to float32
- * and the result rounded once, as torch's CPU rms_norm computes it; and its sum of squares in torch's order (four
- * accumulators of 8 lanes over the row, added in turn, then their lanes in turn), so that the bits are torch's:
- * another order moves some outputs by one bf16 rounding, which flips near ties (the README's demo answer was one:
- * docs/benchmarks/2026-12-07-cpu-kernels.md). cpu_norm.py uses it only for widths where it checked the bits equal.
- * torch's call is several kernels, about 13 us a decode row; this is well under one. */
+ * and the result rounded once, as torch's CPU rms_norm computes it; and its sum of squares in torch's order
+ * (sum_of_squares), so that the bits are torch's: another order moves some outputs by one bf16 rounding, which flips
+ * near ties (the README's demo answer was one: docs/benchmarks/2026-12-07-cpu-kernels.md). cpu_norm.py uses it only
+ * for widths where it checked the bits equal. torch's call is several kernels, about 10 us a decode row; this 1.4. */
 #include "cpu.h"
 
 #if HAVE_KERNELS

@@ -9,8 +9,7 @@ else torch's packed int4 one (`_weight_int4pack_mm_for_cpu`, whose float32 path 
 float32 matmul: float32 is refused rather than served slowly), to which int8 codes go split into their high and low
 nibbles, two int4 weights side by side along the input (x repeated), which keeps int8's group-wise scales exact in one
 call; torch's own int8 kernel (`_weight_int8pack_mm`) takes one scale per output row only, so it cannot hold Q8_0.
-CUDA: our Triton kernel
-(`kernels/quant_matmul.py`) dequantizes each tile in the GEMM.
+CUDA: our Triton kernel (`kernels/quant_matmul.py`) dequantizes each tile in the GEMM.
 
 Groups: a checkpoint's group (or one group per row) is served as the largest of CPU_GROUPS dividing it, its scales
 repeated (exact). Groups of 16 (GGUF's Q2_K, Q3_K, Q6_K) are taken by the Triton kernel as they are; on CPU each is
@@ -145,9 +144,9 @@ class CpuLinear(nn.Module):
         if self.ours:
             self.ROW_TILE = 1
             self.packed, self.scales, self.zeros = cpu_quant_matmul.pack(codes, scales, zeros, bits)
-            symmetric = bits == 8 and not self.zeros.any()  # Q8_0's: the kernel skips the zeros' term
-            self.kernel_args = cpu_quant_matmul.args(self.packed, self.scales, None if symmetric else self.zeros,
-                                                     self.out_features, bits)
+            if bits == 8 and not self.zeros.any():  # Q8_0's: the kernel skips the zeros' term, so none are kept
+                self.zeros = None
+            self.kernel_args = cpu_quant_matmul.args(self.packed, self.scales, self.zeros, self.out_features, bits)
         else:
             self.ROW_TILE = 4
             self.packed = torch.cat([torch.ops.aten._convert_weight_to_int4pack_for_cpu(rows.to(torch.int32)
