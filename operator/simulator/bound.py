@@ -4,11 +4,11 @@ the bound a policy is judged by.
 A schedule fixes the desired replica count per time span; the simulator still applies the cold start, the gateway's
 overflow rule and the replica model, as for every policy. The families swept: a pool one or two replicas below
 static peak with the drops placed by hand; pools that follow the trace's future arrival rate at a fixed rate per
-replica, asked for a cold start ahead; every flat pool up to static peak; and pools sized on the busiest spans of
-prompt tokens (`token_pool`), once a cold start ahead and once reacting to the past only. Most know the future, so
-their least replica-hours bounds what a policy could reach; the flat and reactive ones belong there too, as a bound
-that any of them beats is no bound. The reactive ones' least (`REACTIVE`) tells a target only foresight meets apart
-from one reacting meets too.
+replica, asked for a cold start ahead; every flat pool up to static peak, from none (every request to the overflow
+API); and pools sized on the busiest spans of prompt tokens (`token_pool`), once a cold start ahead and once
+reacting to the past only. Most know the future, so their least replica-hours bounds what a policy could reach; the
+flat and reactive ones belong there too, as a bound that any of them beats is no bound. The reactive ones' least
+(`REACTIVE`) tells a target only foresight meets apart from one reacting meets too.
 Run: `python -P -m floodway.operator.simulator.bound [scenario] [--compress F] [--seed N]
 [--waiting-includes-prefill] [--no-prefill-backlog-ttft] [--overflow-ttft-factor X] [--gpu-price-per-hour P]
 [--api-price-in P] [--api-price-out P] [--families near-peak,following,flat,tokens] [--static-peak N]`; with prices
@@ -123,7 +123,9 @@ REACTIVE = "reactive: "  # names the schedules that see only the past
 
 
 def flat_pools(peak: int) -> list[tuple[str, Schedule]]:
-    return [(f"flat {n}", Schedule((0.0,), (n,))) for n in range(1, peak + 1)]
+    """Every flat pool up to static peak, from none at all (every request to the overflow API: priced, often the
+    cheapest schedule where traffic is mostly idle)."""
+    return [(f"flat {n}", Schedule((0.0,), (n,))) for n in range(0, peak + 1)]
 
 
 def token_pools(trace: list[TraceRequest], prefill_tokens_per_s: float, first: int,

@@ -1,5 +1,7 @@
 """Clairvoyant schedules: the desired count follows the schedule, and the simulator still charges cold starts."""
 
+from dataclasses import replace
+
 import pytest
 from floodway.operator.simulator import bound
 from floodway.operator.simulator.bound import Schedule, following, main, near_peak, run_schedule, token_pool
@@ -102,3 +104,22 @@ def test_reactive_rules_see_only_the_past():
     assert {"flat 1", "flat 2", "flat 3"} <= set(names)
     reacting = [n for n in names if n.startswith(bound.REACTIVE)]
     assert len(reacting) == len([n for n in names if n.endswith("60 s ahead")]) == 36
+
+
+def test_the_flat_family_starts_at_no_replica_and_priced_it_is_the_cheapest_where_the_api_costs_less():
+    from floodway.operator.gateway.overflow import OverflowPolicy
+    from floodway.operator.planner.prices import Prices
+
+    assert [n for n, _ in bound.flat_pools(2)] == ["flat 0", "flat 1", "flat 2"]
+    tr = steps([2], step_s=300, seed=3)  # 2 req/s of short requests for 5 minutes
+    cfg = SimConfig(profile=ReplicaProfile(max_num_seqs=16), cold_start_s=60.0, overflow=OverflowPolicy(enabled=True),
+                    prices=Prices(3.0, 0.2, 0.6))
+    results = [(name, run_schedule(tr, s, cfg)) for name, s in bound.flat_pools(2)]
+    none = dict(results)["flat 0"]
+    assert none.attainment == 1.0 and none.overflow_share == 1.0 and none.replica_hours == 0.0
+    # $3 an hour for a replica is more than the API bills for these requests: sending them all there costs least.
+    assert bound.cheapest_schedule(results)[0] == "flat 0"
+    assert bound.best_schedule(results)[0] != "flat 0"  # replica-hours within 5% overflow: never all of it
+    # At $300 per million prompt tokens the API is the dear choice.
+    dear = replace(cfg, prices=Prices(3.0, 300.0, 600.0))
+    assert bound.cheapest_schedule([(n, run_schedule(tr, s, dear)) for n, s in bound.flat_pools(2)])[0] != "flat 0"
