@@ -3,6 +3,8 @@
 from dataclasses import replace
 
 import pytest
+from floodway.operator.gateway.overflow import OverflowPolicy
+from floodway.operator.planner.prices import Prices
 from floodway.operator.simulator import bound
 from floodway.operator.simulator.bound import Schedule, following, main, near_peak, run_schedule, token_pool
 from floodway.operator.simulator.config import SimConfig
@@ -107,9 +109,6 @@ def test_reactive_rules_see_only_the_past():
 
 
 def test_the_flat_family_starts_at_no_replica_and_priced_it_is_the_cheapest_where_the_api_costs_less():
-    from floodway.operator.gateway.overflow import OverflowPolicy
-    from floodway.operator.planner.prices import Prices
-
     assert [n for n, _ in bound.flat_pools(2)] == ["flat 0", "flat 1", "flat 2"]
     tr = steps([2], step_s=300, seed=3)  # 2 req/s of short requests for 5 minutes
     cfg = SimConfig(profile=ReplicaProfile(max_num_seqs=16), cold_start_s=60.0, overflow=OverflowPolicy(enabled=True),
