@@ -6,39 +6,53 @@ process.
 
 Each row times one `quant.linear.CpuLinear` call (activations bf16, as served) at a SmolLM2 shape: its Q4_1 layer
 linears and its Q8_0 tied head (8-bit codes: ours whole, torch's as two nibble planes), round-to-nearest codes of a
-random weight, both kernels in alternating rounds (the best of three), and prints microseconds, torch / ours, and each
-kernel's largest error against x @ w.T of the dequantized weight in float32, relative to the largest output. One
+random weight, the kernels in alternating rounds (the best of three): torch's, ours with float32 products and ours with
+bf16 pairs (`cpu_quant_matmul.float32_products` picks one by the CPU's maker), and prints microseconds, torch / ours
+and bf16 pairs / float32, and each kernel's largest error against x @ w.T of the dequantized weight in float32,
+relative to the largest output. One
 weight called again and again sits in the caches; --model-step also times the 120 layer linears of SmolLM2's 30
 layers called in turn, as a decode step calls them, at 4 bits (66 MB of codes, scales and zeros: the shipped Q4_1)
 and 8 (the Q8_0 file's), which come from memory each time (the median of 30 passes a round).
 """
 
 import argparse
+import copy
 import statistics
 import time
 
 import torch
 from floodway.engine.bench.gpu_check_speed import seconds_per_call
-from floodway.engine.kernels import cpu
+from floodway.engine.kernels import cpu, cpu_quant_matmul
 from floodway.engine.quant import linear, weights
 
 CPU = torch.device("cpu")
 SHAPES = {"qkv": (960, 576, 4), "o_proj": (576, 576, 4), "gate_up": (3072, 576, 4), "down_proj": (576, 1536, 4),
           "lm_head (Q8_0)": (49152, 576, 8)}  # out, in, bits
 LAYERS = 30  # SmolLM2's decoder layers, each with the four 4-bit linears above
+KERNELS = ("torch", "float32", "bf16 pairs")  # torch's, then ours with either products
+
+
+def _kernels(qw: weights.QuantWeight) -> dict:
+    """The weight as a linear on each of KERNELS."""
+    shipped = linear.CPU_INT4
+    try:
+        linear.CPU_INT4 = "torch"
+        lins = {"torch": linear.make(qw, None, CPU, torch.bfloat16)}
+        linear.CPU_INT4 = "ours"
+        ours = linear.make(qw, None, CPU, torch.bfloat16)
+    finally:
+        linear.CPU_INT4 = shipped
+    for name, fma in (("float32", True), ("bf16 pairs", False)):
+        lins[name] = copy.copy(ours)  # the same packed tensors, the kernel told which products
+        lins[name].kernel_args = ours.kernel_args._replace(fma=fma)
+    return lins
 
 
 def compare(out_f: int, in_f: int, bits: int, rows: int, repeat: int, rounds: int = 3) -> dict:
     qw = weights.rtn(torch.randn(out_f, in_f, generator=torch.Generator().manual_seed(0)), bits)
     x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     want = x.float() @ qw.dequantize().T
-    shipped, lins = linear.CPU_INT4, {}
-    try:
-        for name in ("ours", "torch"):
-            linear.CPU_INT4 = name
-            lins[name] = linear.make(qw, None, CPU, torch.bfloat16)
-    finally:
-        linear.CPU_INT4 = shipped
+    lins = _kernels(qw)
     best = {}
     for _ in range(rounds):
         for name, lin in lins.items():
@@ -51,16 +65,11 @@ def model_step(rows: int, bits: int, rounds: int = 3, passes: int = 30) -> dict:
     """Seconds of one pass over SmolLM2's layer linears (fresh `bits` weights each) at `rows`, per kernel, and the
     bytes of our kernel's codes, scales and zeros."""
     layer_shapes = [(out_f, in_f) for out_f, in_f, b in SHAPES.values() if b == 4]  # not the Q8_0 head
-    shipped, lins = linear.CPU_INT4, {"ours": [], "torch": []}
-    try:
-        for _ in range(LAYERS):
-            for out_f, in_f in layer_shapes:
-                qw = weights.rtn(torch.randn(out_f, in_f), bits)
-                for name, kept in lins.items():
-                    linear.CPU_INT4 = name
-                    kept.append(linear.make(qw, None, CPU, torch.bfloat16))
-    finally:
-        linear.CPU_INT4 = shipped
+    lins = {name: [] for name in KERNELS}
+    for _ in range(LAYERS):
+        for out_f, in_f in layer_shapes:
+            for name, lin in _kernels(weights.rtn(torch.randn(out_f, in_f), bits)).items():
+                lins[name].append(lin)
     xs = {in_f: torch.randn(rows, in_f).to(torch.bfloat16) for _, in_f in layer_shapes}
     best = {}
     for _ in range(rounds):
@@ -72,7 +81,7 @@ def model_step(rows: int, bits: int, rounds: int = 3, passes: int = 30) -> dict:
                     lin(xs[lin.in_features])
                 times.append(time.perf_counter() - start)
             best[name] = min(best.get(name, float("inf")), statistics.median(times))
-    nbytes = sum(t.numel() * t.element_size() for lin in lins["ours"] for t in (lin.packed, lin.scales, lin.zeros)
+    nbytes = sum(t.numel() * t.element_size() for lin in lins["float32"] for t in (lin.packed, lin.scales, lin.zeros)
                  if t is not None)  # symmetric 8-bit codes keep no zeros
     return {**best, "bytes": nbytes}
 
@@ -89,24 +98,30 @@ def main(argv=None) -> int:
         return 1
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"CPU quantized matmul, bf16 activations, {torch.get_num_threads()} thread(s)")
-    print("| linear | out x in | rows | torch us | ours us | torch / ours | error torch | error ours |")
-    print("|---|---|---|---|---|---|---|---|")
+    shipped = "float32" if cpu_quant_matmul.FMA else "bf16 pairs"
+    print(f"CPU quantized matmul, bf16 activations, {torch.get_num_threads()} thread(s); ours: our kernel with the "
+          f"products this CPU ({cpu.lib.vendor() or 'unknown maker'}) gets, {shipped}")
+    print("| linear | out x in | rows | torch us | float32 us | bf16 pairs us | torch / ours | bf16 pairs / float32 "
+          "| error torch | error float32 | error bf16 pairs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for slot, (out_f, in_f, bits) in SHAPES.items():
         for rows in map(int, args.rows.split(",")):
             repeat = max(2, args.repeat * 576 * 3072 // (out_f * in_f * max(1, rows // 4)))
             r = compare(out_f, in_f, bits, rows, repeat)
-            print(f"| {slot} | {out_f} x {in_f} | {rows} | {r['torch'] * 1e6:.1f} | {r['ours'] * 1e6:.1f} | "
-                  f"{r['torch'] / r['ours']:.2f}x | {r['err torch']:.1e} | {r['err ours']:.1e} |")
+            print(f"| {slot} | {out_f} x {in_f} | {rows} | " + " | ".join(f"{r[k] * 1e6:.1f}" for k in KERNELS) +
+                  f" | {r['torch'] / r[shipped]:.2f}x | {r['bf16 pairs'] / r['float32']:.2f}x | " +
+                  " | ".join(f"{r[f'err {k}']:.1e}" for k in KERNELS) + " |")
     if args.model_step:
         print("\nSmolLM2's 120 layer linears called in turn (their codes read from memory)")
-        print("| bits | rows | torch ms | ours ms | torch / ours | ours MB a pass | ours GB/s |")
-        print("|---|---|---|---|---|---|---|")
+        print("| bits | rows | torch ms | float32 ms | bf16 pairs ms | torch / ours | bf16 pairs / float32 | MB a pass "
+              "| ours GB/s |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for bits in (4, 8):
             for rows in map(int, args.rows.split(",")):
                 r = model_step(rows, bits)
-                print(f"| {bits} | {rows} | {r['torch'] * 1e3:.2f} | {r['ours'] * 1e3:.2f} | "
-                      f"{r['torch'] / r['ours']:.2f}x | {r['bytes'] / 1e6:.1f} | {r['bytes'] / r['ours'] / 1e9:.1f} |")
+                print(f"| {bits} | {rows} | " + " | ".join(f"{r[k] * 1e3:.2f}" for k in KERNELS) +
+                      f" | {r['torch'] / r[shipped]:.2f}x | {r['bf16 pairs'] / r['float32']:.2f}x | "
+                      f"{r['bytes'] / 1e6:.1f} | {r['bytes'] / r[shipped] / 1e9:.1f} |")
     return 0
 
 

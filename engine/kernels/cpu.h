@@ -33,9 +33,9 @@ static inline AVX512 void store(void* p, size_t i, __m512 v, int bf16, __mmask16
 }
 
 /* y [M, N] bf16 = x [M, K] bf16 @ w.T for packed 4- or 8-bit w (cpu_quant_matmul.c); z NULL: no zeros (8 bits);
- * sx: M * (K / group) floats of scratch. */
+ * fma: float32 products, else bf16 pairs'; scratch: M * (K / group + K) floats. */
 void quant_matmul(const uint16_t* x, const uint8_t* w, const uint16_t* d, const uint16_t* z, uint16_t* y, int M, int N,
-                  int K, int group, int bits, int threads, float* sx);
+                  int K, int group, int bits, int fma, int threads, float* scratch);
 
 /* y [M, N] bf16 = RMSNorm of x [M, N] bf16 with weight w [N] bf16, torch's bits (cpu_norm.c); N a multiple of 32. */
 void rms_norm(const uint16_t* x, const uint16_t* w, uint16_t* y, int M, int N, float eps);

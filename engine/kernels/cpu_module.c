@@ -18,20 +18,31 @@ static PyObject* supported(PyObject* self, PyObject* args) {
 #endif
 }
 
+/* vendor() -> str: the CPU's maker, "intel", "amd" or "" (cpu_quant_matmul.py picks its products by it). */
+static PyObject* vendor(PyObject* self, PyObject* args) {
 #if HAVE_KERNELS
-/* quant_matmul(x, y, M, threads, w, d, z, N, K, group, bits): the call's own arguments, then the weight's
+    __builtin_cpu_init();
+    return PyUnicode_FromString(__builtin_cpu_is("intel") ? "intel" : __builtin_cpu_is("amd") ? "amd" : "");
+#else
+    return PyUnicode_FromString("");
+#endif
+}
+
+#if HAVE_KERNELS
+/* quant_matmul(x, y, M, threads, w, d, z, N, K, group, bits, fma): the call's own arguments, then the weight's
  * (`cpu_quant_matmul.Args`; z 0: no zeros). */
 static PyObject* py_quant_matmul(PyObject* self, PyObject* args) {
     unsigned long long x, y, w, d, z;
-    int M, threads, N, K, group, bits;
-    if (!PyArg_ParseTuple(args, "KKiiKKKiiii", &x, &y, &M, &threads, &w, &d, &z, &N, &K, &group, &bits)) return NULL;
-    float* sx = malloc(sizeof(float) * ((size_t)M * (K / group) + 1));
-    if (!sx) return PyErr_NoMemory();
+    int M, threads, N, K, group, bits, fma;
+    if (!PyArg_ParseTuple(args, "KKiiKKKiiiip", &x, &y, &M, &threads, &w, &d, &z, &N, &K, &group, &bits, &fma))
+        return NULL;
+    float* scratch = malloc(sizeof(float) * ((size_t)M * (K / group + (fma ? K : 0)) + 1));
+    if (!scratch) return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS
     quant_matmul((const uint16_t*)x, (const uint8_t*)w, (const uint16_t*)d, (const uint16_t*)z, (uint16_t*)y, M, N, K,
-                 group, bits, threads, sx);
+                 group, bits, fma, threads, scratch);
     Py_END_ALLOW_THREADS
-    free(sx);
+    free(scratch);
     Py_RETURN_NONE;
 }
 
@@ -102,6 +113,7 @@ static PyObject* py_paged_attention(PyObject* self, PyObject* args) {
 
 static PyMethodDef methods[] = {
     {"supported", supported, METH_NOARGS, "whether this CPU runs the kernels"},
+    {"vendor", vendor, METH_NOARGS, "the CPU's maker: intel, amd or empty"},
 #if HAVE_KERNELS
     {"quant_matmul", py_quant_matmul, METH_VARARGS, "y = x @ w.T for packed 4- or 8-bit w"},
     {"rms_norm", py_rms_norm, METH_VARARGS, "RMSNorm of bf16 rows, torch's bits"},

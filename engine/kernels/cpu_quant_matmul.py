@@ -12,6 +12,22 @@ from floodway.engine.kernels import cpu
 TILE = 16  # output columns a tile of the packed codes holds (cpu_quant_matmul.c's TILE)
 
 
+def float32_products(vendor: str) -> bool:
+    """Whether the kernel multiplies codes and inputs as float32 (vfmadd231ps, 16 a call) rather than as bf16 pairs
+    (vdpbf16ps, 32 a call), by the CPU's maker: an Intel Xeon (Emerald Rapids) ran vdpbf16ps at a quarter of
+    vfmadd231ps's calls a second, so half its multiply-adds, which bound a speculative verify's rows there; the AMD
+    EPYC the bf16 pairs were tuned on keeps them (docs/benchmarks/2026-12-08-float32-products.md)."""
+    return vendor == "intel"
+
+
+FMA = cpu.lib is not None and float32_products(cpu.lib.vendor())  # this machine's products
+
+
+def name(bits: int) -> str:
+    """The kernel's name in the startup log and /debug/engine."""
+    return f"floodway avx512 int{bits} matmul, {'float32 products' if FMA else 'bf16 pairs'}"
+
+
 def pack(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bits: int) -> tuple[torch.Tensor, ...]:
     """codes [N, K] of `bits` (4 or 8), scales and zeros [N, K // group] -> (codes [T, K * bits / 32, 32] uint8,
     scales and zeros [T, K // group, 16] bf16) for T tiles of 16 columns (the last padded with zeros). 4 bits: byte
@@ -44,16 +60,19 @@ class Args(NamedTuple):
     k: int
     group: int
     bits: int
+    fma: bool
 
 
-def args(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, n: int, bits: int) -> Args:
+def args(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, n: int, bits: int,
+         fma: bool | None = None) -> Args:
     """The kernel's arguments for `pack`'s tensors of an [n, K] weight, made once (the caller keeps the tensors).
-    zeros None: all zero, not read (8 bits only: the 4-bit sums need the zero's term)."""
+    zeros None: all zero, not read (8 bits only: the 4-bit sums need the zero's term). fma: float32 products (a row's
+    result then differs from the bf16 pairs' in its last bits); None: this machine's (FMA)."""
     if zeros is None and bits != 8:
         raise ValueError("4-bit codes need their zeros")
     k = packed.shape[1] * (16 // bits)
     return Args(packed.data_ptr(), scales.data_ptr(), 0 if zeros is None else zeros.data_ptr(), n, k,
-                k // scales.shape[1], bits)
+                k // scales.shape[1], bits, FMA if fma is None else fma)
 
 
 def matmul(x: torch.Tensor, weight: Args) -> torch.Tensor:

@@ -153,7 +153,7 @@ class CpuLinear(nn.Module):
                                                                                        .contiguous(), 1)
                                      for rows in codes.split(PACK_ROWS)])
             self.scale_zero = torch.stack([scales, zeros], -1).transpose(0, 1).to(dtype).contiguous()
-        name = f"floodway avx512-bf16 int{w.bits} matmul" if self.ours else "aten._weight_int4pack_mm_for_cpu"
+        name = cpu_quant_matmul.name(w.bits) if self.ours else "aten._weight_int4pack_mm_for_cpu"
         note = (", int8 as two nibble planes" if self.split else "") + \
             (f", groups of {spread} spread over {w.group}" if spread else "")
         self.kernel = f"{name} ({w.name}, group {w.group}{note})"

@@ -3,11 +3,12 @@ name each linear's kernel, and the model still answers."""
 
 import httpx
 import pytest
+from floodway.engine.kernels import cpu_quant_matmul
 from floodway.engine.models.smollm2 import NAME
 from floodway.engine.quant import linear
 
-KERNEL = {"ours": "floodway avx512-bf16 int{bits} matmul",
-          "torch": "aten._weight_int4pack_mm_for_cpu"}[linear.CPU_INT4]
+KERNEL = {"ours": cpu_quant_matmul.name,
+          "torch": lambda bits: "aten._weight_int4pack_mm_for_cpu"}[linear.CPU_INT4]
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +21,9 @@ def test_default_weights_are_the_shipped_q4_1_and_debug_names_the_kernels(smol_q
     assert d["weights"] == "gguf"
     kernels = d["linear_kernels"]
     for slot in ("qkv", "o_proj", "gate_up", "down_proj"):
-        assert kernels[slot] == f"{KERNEL.format(bits=4)} (Q4_1, group 32)", kernels
-    assert kernels["lm_head"].startswith(f"{KERNEL.format(bits=8)} (Q8_0, group 32")  # the tied Q8_0 table
-    assert f"weights: gguf; linear kernels: qkv: {KERNEL.format(bits=4)} (Q4_1, group 32)" in smol_q4.log_tail(10**6)
+        assert kernels[slot] == f"{KERNEL(4)} (Q4_1, group 32)", kernels
+    assert kernels["lm_head"].startswith(f"{KERNEL(8)} (Q8_0, group 32")  # the tied Q8_0 table
+    assert f"weights: gguf; linear kernels: qkv: {KERNEL(4)} (Q4_1, group 32)" in smol_q4.log_tail(10**6)
 
 
 def test_q4_1_answers_the_demo_prompt(smol_q4):

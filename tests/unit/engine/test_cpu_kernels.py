@@ -1,8 +1,9 @@
-"""Our CPU kernels (engine/kernels/cpu_*.c). The quantized matmul, 4- and 8-bit codes, against x @ w.T of the
-dequantized weight in float32, on the shapes its code treats apart: every remainder of its blocks of 8 rows, column
-counts that are not whole tiles of 16 (the last tile's stores masked), each group size the CPU path serves, 8-bit
-codes without zeros (Q8_0's), and more than one thread; and a row's result the same bits whatever the call's row count
-(a speculative verify's logits are a decode's). (The LoRA kernel: tests/unit/engine/test_lora_rules.py.)"""
+"""Our CPU kernels (engine/kernels/cpu_*.c). The quantized matmul, 4- and 8-bit codes, with float32 products and with
+bf16 pairs (each CPU runs one, both run on any with AVX-512 BF16), against x @ w.T of the dequantized weight in
+float32, on the shapes its code treats apart: every remainder of its blocks of 8 rows, column counts that are not
+whole tiles of 16 (the last tile's stores masked), each group size the CPU path serves, 8-bit codes without zeros
+(Q8_0's), and more than one thread; and a row's result the same bits whatever the call's row count (a speculative
+verify's logits are a decode's). (The LoRA kernel: tests/unit/engine/test_lora_rules.py.)"""
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.skipif(not cpu.available(), reason="this CPU has no AVX
                                                                   "built the kernels): torch's kernels serve")
 
 
-def _case(n: int, k: int, group: int, bits: int = 4, seed: int = 0, zeros: bool = True):
+def _case(n: int, k: int, group: int, bits: int = 4, seed: int = 0, zeros: bool = True, fma: bool = qmm.FMA):
     """The kernel's arguments for random codes, scales and zeros (none: all zero, not passed), and the float weight."""
     g = torch.Generator().manual_seed(seed)
     codes = torch.randint(0, 1 << bits, (n, k), generator=g, dtype=torch.uint8)
@@ -23,15 +24,20 @@ def _case(n: int, k: int, group: int, bits: int = 4, seed: int = 0, zeros: bool 
     # the reference uses the scales the kernel holds (bf16), so what is left is the sum's and the output's rounding
     s, z = (v.to(torch.bfloat16).float().repeat_interleave(group, 1) for v in (scales, zs))
     kept = (packed, ps, pz)  # the tensors the addresses point into
-    return qmm.args(packed, ps, pz if zeros else None, n, bits), (codes.float() - (1 << bits - 1)) * s + z, kept
+    return qmm.args(packed, ps, pz if zeros else None, n, bits, fma), (codes.float() - (1 << bits - 1)) * s + z, kept
+
+
+def test_float32_products_on_intel_bf16_pairs_elsewhere():
+    assert qmm.float32_products("intel") and not qmm.float32_products("amd") and not qmm.float32_products("")
 
 
 @pytest.mark.parametrize("n", [16, 40, 100])
 @pytest.mark.parametrize("group", [32, 64, 128, 256])
 @pytest.mark.parametrize("bits,zeros", [(4, True), (8, True), (8, False)])
-def test_every_row_block_remainder_and_partial_tile(n, group, bits, zeros):
+@pytest.mark.parametrize("fma", [True, False], ids=["float32", "bf16-pairs"])
+def test_every_row_block_remainder_and_partial_tile(n, group, bits, zeros, fma):
     k = 2 * 256
-    weight, w, _kept = _case(n, k, group, bits, zeros=zeros)
+    weight, w, _kept = _case(n, k, group, bits, zeros=zeros, fma=fma)
     x = torch.randn(17, k, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     alone = torch.cat([qmm.matmul(x[r:r + 1], weight) for r in range(17)])
     for rows in range(1, 18):  # 1..8 in one block; 9..17 a whole block and a remainder
@@ -43,8 +49,9 @@ def test_every_row_block_remainder_and_partial_tile(n, group, bits, zeros):
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_threads_split_the_tiles_and_agree(monkeypatch, bits):
-    weight, _, _kept = _case(200, 192, 32, bits)
+@pytest.mark.parametrize("fma", [True, False], ids=["float32", "bf16-pairs"])
+def test_threads_split_the_tiles_and_agree(monkeypatch, bits, fma):
+    weight, _, _kept = _case(200, 192, 32, bits, fma=fma)
     x = torch.randn(9, 192).to(torch.bfloat16)
     one = qmm.matmul(x, weight)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
@@ -65,16 +72,17 @@ def test_leading_dims_and_no_rows():
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_a_misplaced_code_fails_the_comparison(bits):
+@pytest.mark.parametrize("fma", [True, False], ids=["float32", "bf16-pairs"])
+def test_a_misplaced_code_fails_the_comparison(bits, fma):
     """The packing's pairs are what the kernel's dot products read: 4-bit codes with the two nibbles of each byte
     swapped (pairs (k, k+1) and (k+2, k+3) exchanged), or 8-bit ones with the two bytes of each pair swapped, give
     wrong sums."""
-    weight, w, (packed, scales, zeros) = _case(32, 64, 32, bits, seed=3)
+    weight, w, (packed, scales, zeros) = _case(32, 64, 32, bits, seed=3, fma=fma)
     swapped = (packed >> 4) | (packed << 4) if bits == 4 else packed.view(-1, 2).flip(1).reshape(packed.shape)
     x = torch.randn(2, 64).to(torch.bfloat16)
     want = x.float() @ w.T
     for codes, agrees in ((packed, True), (swapped.contiguous(), False)):
-        got = qmm.matmul(x, qmm.args(codes, scales, zeros, 32, bits)).float()
+        got = qmm.matmul(x, qmm.args(codes, scales, zeros, 32, bits, fma)).float()
         assert torch.allclose(got, want, rtol=2e-2, atol=2e-2) == agrees
 
 
@@ -154,7 +162,7 @@ def test_attention_bench_prints_every_row_and_both_paths_agree(capsys):
 
 
 def test_int4_bench_prints_each_shape_and_the_model_step(capsys):
-    """`python -P -m floodway.engine.bench.int4_matmul --model-step` cannot rot: a row per shape with both kernels'
+    """`python -P -m floodway.engine.bench.int4_matmul --model-step` cannot rot: a row per shape with the three kernels'
     errors at bf16's scale, and the model step over SmolLM2's 66 MB of 4-bit layer codes and ~113 MB of 8-bit ones
     (one byte a weight, a bf16 scale per 32, no zeros)."""
     from floodway.engine.bench import int4_matmul as bench
@@ -162,8 +170,9 @@ def test_int4_bench_prints_each_shape_and_the_model_step(capsys):
     assert bench.main(["--rows", "1", "--repeat", "2", "--model-step"]) == 0
     lines = capsys.readouterr().out.splitlines()
     shapes = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and " x " in line][1:]  # no header
-    assert len(shapes) == len(bench.SHAPES) and all(float(r[-1]) < 2 ** -6 for r in shapes), shapes
-    step = {int(r[0]): float(r[5]) for r in (line.split("|")[1:-1] for line in lines) if r and r[1].strip() == "1"
+    assert len(shapes) == len(bench.SHAPES) and all(float(e) < 2 ** -6 for r in shapes for e in r[-3:]), \
+        shapes
+    step = {int(r[0]): float(r[7]) for r in (line.split("|")[1:-1] for line in lines) if r and r[1].strip() == "1"
             and r[0].strip() in ("4", "8")}
     assert 60 < step[4] < 72 and 105 < step[8] < 120, step  # MB a pass reads
 
