@@ -14,11 +14,12 @@
  *   One byte a weight, read once: int8 split into two nibble planes read the same bytes, twice the scales and zeros,
  *   and made twice the products.
  * The groups' sums of x are taken once per call.
- * Rows go in blocks of 8 (24 accumulators in registers), each block over a tile's codes while they sit in L1. A row's
- * two products of a step go to two accumulators, whatever the block's size: one chain waits on vdpbf16ps's latency,
- * and the sums, so a row's result, do not depend on how many rows a call has (a verify step's logits are a decode
- * step's). The codes are read one stream, prefetched AHEAD: the hardware's own prefetch alone read the model's codes
- * at about half the memory's pace (docs/benchmarks/2026-12-07-cpu-kernels.md, 2026-12-07-int4-prefetch.md). */
+ * Rows go in blocks of 8, each block over a tile's codes while they sit in L1. A row's products of a step go to two
+ * accumulators (bf16 pairs) or four (float32: two chains held one row to 0.95x the pairs' pace, and a block of 8 rows
+ * spills a few, which cost a five-row verify 2%), whatever the block's size: one chain waits on the instruction's
+ * latency, and the sums, so a row's result, do not depend on how many rows a call has (a verify step's logits are a
+ * decode step's). The codes are read one stream, prefetched AHEAD: the hardware's own prefetch alone read the model's
+ * codes at about half the memory's pace (docs/benchmarks/2026-12-07-cpu-kernels.md, 2026-12-07-int4-prefetch.md). */
 #include "cpu.h"
 
 #if HAVE_KERNELS
@@ -78,12 +79,12 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
     const int groups = K / group, bytes_per_k = bits * TILE / 8; /* code bytes per input column of the tile */
     /* The bf16 sums S are of x (128 + q) at 4 bits: take 136 sum x off; the float32 ones are of x (q - 8) already. */
     const __m512 offset = _mm512_set1_ps(bits == 4 && !fma ? 136.0f : 0.0f);
-    __m512 out[ROWS], acc[ROWS], acc2[ROWS];
+    __m512 out[ROWS], acc[ROWS], acc2[ROWS], acc3[ROWS], acc4[ROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < ROWS; r++) out[r] = _mm512_setzero_ps();
     for (int g = 0; g < groups; g++) {
 #pragma GCC unroll 8
-        for (int r = 0; r < ROWS; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
+        for (int r = 0; r < ROWS; r++) acc[r] = acc2[r] = acc3[r] = acc4[r] = _mm512_setzero_ps();
         for (int k = g * group; k < (g + 1) * group; k += 4) {
             const uint8_t* at = w + (size_t)k * bytes_per_k;
             if (bits == 8 || !(k & 4)) _mm_prefetch((const char*)at + AHEAD, _MM_HINT_T0); /* once a 64-byte line */
@@ -95,8 +96,8 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
                     const float* xr = xf + (size_t)r * K + k;
                     acc[r] = _mm512_fmadd_ps(v[0], _mm512_set1_ps(xr[0]), acc[r]);
                     acc2[r] = _mm512_fmadd_ps(v[1], _mm512_set1_ps(xr[1]), acc2[r]);
-                    acc[r] = _mm512_fmadd_ps(v[2], _mm512_set1_ps(xr[2]), acc[r]);
-                    acc2[r] = _mm512_fmadd_ps(v[3], _mm512_set1_ps(xr[3]), acc2[r]);
+                    acc3[r] = _mm512_fmadd_ps(v[2], _mm512_set1_ps(xr[2]), acc3[r]);
+                    acc4[r] = _mm512_fmadd_ps(v[3], _mm512_set1_ps(xr[3]), acc4[r]);
                 }
             } else {
                 __m512bh lo, hi;
@@ -110,7 +111,9 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
             }
         }
 #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) acc[r] = _mm512_add_ps(acc[r], acc2[r]);
+        for (int r = 0; r < nr; r++)
+            acc[r] = fma ? _mm512_add_ps(_mm512_add_ps(acc[r], acc2[r]), _mm512_add_ps(acc3[r], acc4[r]))
+                         : _mm512_add_ps(acc[r], acc2[r]);
         const __m512 dg = widen_bf16(_mm256_loadu_si256((const __m256i*)(d + g * TILE)));
         const __m512 zg = z ? widen_bf16(_mm256_loadu_si256((const __m256i*)(z + g * TILE))) : _mm512_setzero_ps();
 #pragma GCC unroll 8
