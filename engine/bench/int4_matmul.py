@@ -9,10 +9,10 @@ linears and its Q8_0 tied head (8-bit codes: ours whole, torch's as two nibble p
 random weight, the kernels in alternating rounds (the best of three): torch's, ours with float32 products and ours with
 bf16 pairs (`cpu_quant_matmul.float32_products` picks one by the CPU's maker), and prints microseconds, torch / ours
 and bf16 pairs / float32, and each kernel's largest error against x @ w.T of the dequantized weight in float32,
-relative to the largest output. One
-weight called again and again sits in the caches; --model-step also times the 120 layer linears of SmolLM2's 30
-layers called in turn, as a decode step calls them, at 4 bits (66 MB of codes, scales and zeros: the shipped Q4_1)
-and 8 (the Q8_0 file's), which come from memory each time (the median of 30 passes a round).
+relative to the largest output. One weight called again and again sits in the caches; --model-step also times the
+120 layer linears of SmolLM2's 30 layers called in turn, as a decode step calls them, at 4 bits (66 MB of codes,
+scales and zeros: the shipped Q4_1) and 8 (the Q8_0 file's), which come from memory each time (the median of 30
+passes a round).
 """
 
 import argparse

@@ -71,14 +71,15 @@ static inline AVX512 void columns(const uint8_t* at, int bits, __m512 v[4]) {
 
 /* One tile of 16 columns for `nr` (<= ROWS) rows; inlined for each constant nr, bits and fma so the loops unroll. z
  * NULL: no zeros (8 bits only: symmetric codes such as Q8_0's). fma: float32 products (x as float32 in xf), where
- * vdpbf16ps runs at half the multiply-adds of vfmadd231ps (Intel's cores measured so; AMD's Zen 4 the other way). */
+ * vdpbf16ps runs at half the multiply-adds of vfmadd231ps (cpu_quant_matmul.float32_products). */
 static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x, const float* xf, const float* sx,
                                                               const uint8_t* w, const uint16_t* d, const uint16_t* z,
                                                               uint16_t* y, int nr, int bits, int fma, int K, int N,
                                                               int group, int cols) {
     const int groups = K / group, bytes_per_k = bits * TILE / 8; /* code bytes per input column of the tile */
     /* The bf16 sums S are of x (128 + q) at 4 bits: take 136 sum x off; the float32 ones are of x (q - 8) already. */
-    const __m512 offset = _mm512_set1_ps(bits == 4 && !fma ? 136.0f : 0.0f);
+    const int biased = bits == 4 && !fma;
+    const __m512 offset = _mm512_set1_ps(136.0f);
     __m512 out[ROWS], acc[ROWS], acc2[ROWS], acc3[ROWS], acc4[ROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < ROWS; r++) out[r] = _mm512_setzero_ps();
@@ -119,7 +120,7 @@ static inline AVX512 __attribute__((always_inline)) void tile(const uint16_t* x,
 #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             const __m512 s = _mm512_set1_ps(sx[(size_t)r * groups + g]);
-            out[r] = _mm512_fmadd_ps(dg, _mm512_fnmadd_ps(offset, s, acc[r]), out[r]);
+            out[r] = _mm512_fmadd_ps(dg, biased ? _mm512_fnmadd_ps(offset, s, acc[r]) : acc[r], out[r]);
             if (z) out[r] = _mm512_fmadd_ps(zg, s, out[r]);
         }
     }
